@@ -1,0 +1,29 @@
+//! The chapter's `RoutingService` server.
+//!
+//! `GetQuote` prices a shipment at USD 2.50 per kilogram; `ListRoutes` pages
+//! through a 25-route catalog padded to about 5.0 MB, larger than the default
+//! 4 MiB message cap. The server applies the chapter's levers: a 16 MiB send
+//! cap, gzip for large responses only, and a 5 s HTTP/2 keepalive.
+//!
+//! # Layout
+//! - [`knobs`]: every tuning knob, its default, unit and effect, and [`Config`].
+//! - [`quote`]: GetQuote validation and the pricing formula (pure).
+//! - [`catalog`]: the padded catalog, pagination and field masks (pure).
+//! - [`service`]: the gRPC adapter that maps both onto `Status` codes.
+//! - [`compression`]: the tower layer that keeps GetQuote uncompressed.
+//! - [`server`]: [`run`] assembles routing, health and reflection and drains
+//!   on shutdown; [`LocalServer`] runs it on a free port for tests.
+//! - [`probe`]: the health probe behind `routing-server probe`.
+//! - [`shutdown`]: Ctrl+C and SIGTERM.
+
+pub mod catalog;
+pub mod compression;
+pub mod knobs;
+pub mod probe;
+pub mod quote;
+pub mod server;
+pub mod service;
+pub mod shutdown;
+
+pub use knobs::Config;
+pub use server::{LocalServer, run};
