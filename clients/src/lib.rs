@@ -1,0 +1,31 @@
+//! The small library the four client binaries share.
+//!
+//! Each binary is this baseline plus one lesson, so `diff` between two of
+//! them shows the lesson and nothing else:
+//!
+//! | binary             | lesson                                        |
+//! |--------------------|-----------------------------------------------|
+//! | `footgun-client`   | a new channel per call (what not to do)       |
+//! | `pooled-client`    | one channel reused for every call             |
+//! | `gzip-client`      | gzip on a 5 MB response, with a 16 MiB cap    |
+//! | `keepalive-client` | HTTP/2 keepalive PINGs across an idle gap     |
+//!
+//! # Layout
+//! - [`target`]: parsing `host:port` or `http://host:port`.
+//! - [`baseline`]: the shared flags, bounded connect and call timeouts, and
+//!   the sample quote request.
+//! - [`wire`]: a connector that counts connections and bytes on the wire, so
+//!   every number a client prints was measured.
+//! - [`output`]: one JSON line on stdout, diagnostics on stderr.
+
+pub mod baseline;
+pub mod output;
+pub mod target;
+pub mod wire;
+
+pub use baseline::{Baseline, rpc_error, sample_quote_request};
+pub use output::{finish, init_tracing, seconds};
+pub use wire::{CountingConnector, WireSnapshot};
+
+/// Any failure a client reports before exiting non-zero.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;

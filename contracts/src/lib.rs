@@ -23,8 +23,8 @@ pub mod shipping {
     }
 }
 
-pub use shipping::r#type::v1 as types;
 pub use shipping::routing::v1 as routing;
+pub use shipping::r#type::v1 as types;
 
 /// Encoded `google.protobuf.FileDescriptorSet` for every file under `proto/`
 /// and its imports, with source comments. Register it with tonic-reflection.

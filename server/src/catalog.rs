@@ -59,7 +59,9 @@ impl Default for Catalog {
 impl Catalog {
     /// Builds the 25 padded routes.
     pub fn new() -> Self {
-        Self { routes: (1..=ROUTE_COUNT).map(route).collect() }
+        Self {
+            routes: (1..=ROUTE_COUNT).map(route).collect(),
+        }
     }
 
     /// Every route, in catalog order.
@@ -73,9 +75,19 @@ impl Catalog {
         let offset = parse_page_token(&req.page_token)?;
         let mask = RouteMask::parse(req.field_mask.as_ref().map_or(&[][..], |m| &m.paths))?;
         let end = (offset + page_size(req.page_size)).min(self.routes.len());
-        let routes = self.routes[offset..end].iter().map(|r| mask.apply(r)).collect();
-        let next_page_token = if end < self.routes.len() { end.to_string() } else { String::new() };
-        Ok(ListRoutesResponse { routes, next_page_token })
+        let routes = self.routes[offset..end]
+            .iter()
+            .map(|r| mask.apply(r))
+            .collect();
+        let next_page_token = if end < self.routes.len() {
+            end.to_string()
+        } else {
+            String::new()
+        };
+        Ok(ListRoutesResponse {
+            routes,
+            next_page_token,
+        })
     }
 }
 
@@ -87,8 +99,16 @@ fn route(i: usize) -> Route {
     Route {
         id: format!("rte_{i:03}"),
         legs: vec![
-            Leg { origin: origin.into(), destination: hub.into(), carrier: padded(1) },
-            Leg { origin: hub.into(), destination: destination.into(), carrier: padded(2) },
+            Leg {
+                origin: origin.into(),
+                destination: hub.into(),
+                carrier: padded(1),
+            },
+            Leg {
+                origin: hub.into(),
+                destination: destination.into(),
+                carrier: padded(2),
+            },
         ],
         price: Some(usd((1000 + i).into())),
     }
@@ -157,7 +177,9 @@ impl RouteMask {
             match path.as_str() {
                 "routes" => m = Self::ALL,
                 "routes.id" => m.id = true,
-                "routes.legs" => (m.leg_origin, m.leg_destination, m.leg_carrier) = (true, true, true),
+                "routes.legs" => {
+                    (m.leg_origin, m.leg_destination, m.leg_carrier) = (true, true, true)
+                }
                 "routes.legs.origin" => m.leg_origin = true,
                 "routes.legs.destination" => m.leg_destination = true,
                 "routes.legs.carrier" => m.leg_carrier = true,
@@ -191,13 +213,19 @@ impl RouteMask {
         } else {
             Vec::new()
         };
-        let price = route.price.as_ref().filter(|_| self.price_currency || self.price_amount).map(
-            |p| Money {
+        let price = route
+            .price
+            .as_ref()
+            .filter(|_| self.price_currency || self.price_amount)
+            .map(|p| Money {
                 currency: keep(self.price_currency, &p.currency),
                 amount: keep(self.price_amount, &p.amount),
-            },
-        );
-        Route { id: keep(self.id, &route.id), legs, price }
+            });
+        Route {
+            id: keep(self.id, &route.id),
+            legs,
+            price,
+        }
     }
 }
 
@@ -211,8 +239,9 @@ mod tests {
     const MIB: usize = 1024 * 1024;
 
     fn list(page_size: i32, page_token: &str, mask: &[&str]) -> Result<ListRoutesResponse, Status> {
-        let field_mask = (!mask.is_empty())
-            .then(|| FieldMask { paths: mask.iter().map(|p| (*p).to_owned()).collect() });
+        let field_mask = (!mask.is_empty()).then(|| FieldMask {
+            paths: mask.iter().map(|p| (*p).to_owned()).collect(),
+        });
         Catalog::new().list(&ListRoutesRequest {
             page_size,
             page_token: page_token.into(),
@@ -232,9 +261,27 @@ mod tests {
 
         let first = &routes[0];
         assert_eq!(first.id, "rte_001");
-        assert_eq!(first.price, Some(Money { currency: "USD".into(), amount: "1001.00".into() }));
-        assert_eq!((first.legs[0].origin.as_str(), first.legs[0].destination.as_str()), ("NLRTM", "EGPSD"));
-        assert_eq!((first.legs[1].origin.as_str(), first.legs[1].destination.as_str()), ("EGPSD", "SGSIN"));
+        assert_eq!(
+            first.price,
+            Some(Money {
+                currency: "USD".into(),
+                amount: "1001.00".into()
+            })
+        );
+        assert_eq!(
+            (
+                first.legs[0].origin.as_str(),
+                first.legs[0].destination.as_str()
+            ),
+            ("NLRTM", "EGPSD")
+        );
+        assert_eq!(
+            (
+                first.legs[1].origin.as_str(),
+                first.legs[1].destination.as_str()
+            ),
+            ("EGPSD", "SGSIN")
+        );
         assert!(first.legs[0].carrier.starts_with("MAERSK-001-1-XXX"));
         assert!(first.legs[1].carrier.starts_with("MAERSK-001-2-XXX"));
 
@@ -247,7 +294,10 @@ mod tests {
 
         let last = &routes[24];
         assert_eq!(last.id, "rte_025");
-        assert_eq!(last.price.as_ref().map(|p| p.amount.as_str()), Some("1025.00"));
+        assert_eq!(
+            last.price.as_ref().map(|p| p.amount.as_str()),
+            Some("1025.00")
+        );
         assert!(last.legs[0].carrier.starts_with("HAPAG-LLOYD-025-1-"));
         assert_eq!(last.legs[1].destination, "USHOU");
     }
@@ -257,7 +307,11 @@ mod tests {
         for route in Catalog::new().routes() {
             assert_eq!(route.legs.len(), 2);
             for leg in &route.legs {
-                let padding = leg.carrier.rsplit('-').next().expect("prefix ends with '-'");
+                let padding = leg
+                    .carrier
+                    .rsplit('-')
+                    .next()
+                    .expect("prefix ends with '-'");
                 assert_eq!(padding.len(), CARRIER_PADDING);
                 assert!(padding.bytes().all(|b| b == b'X'));
             }
@@ -270,8 +324,14 @@ mod tests {
     fn full_page_encodes_between_4_and_8_mib() {
         let resp = list(25, "", &[]).expect("full page");
         let len = resp.encoded_len();
-        assert!(len > 4 * MIB && len < 8 * MIB, "full catalog is {len} bytes");
-        assert!(len > 5_000_000 && len < 5_100_000, "about 5.0 MB, got {len}");
+        assert!(
+            len > 4 * MIB && len < 8 * MIB,
+            "full catalog is {len} bytes"
+        );
+        assert!(
+            len > 5_000_000 && len < 5_100_000,
+            "about 5.0 MB, got {len}"
+        );
     }
 
     #[test]
@@ -279,7 +339,10 @@ mod tests {
         let resp = list(0, "", &[]).expect("page");
         assert_eq!(ids(&resp), ["rte_001", "rte_002", "rte_003"]);
         assert_eq!(resp.next_page_token, "3");
-        assert_eq!(ids(&list(-7, "", &[]).expect("page")), ["rte_001", "rte_002", "rte_003"]);
+        assert_eq!(
+            ids(&list(-7, "", &[]).expect("page")),
+            ["rte_001", "rte_002", "rte_003"]
+        );
     }
 
     #[test]
@@ -307,7 +370,16 @@ mod tests {
 
     #[test]
     fn bad_tokens_are_invalid_argument() {
-        for token in ["0", "25", "-1", "+3", "03", "abc", "3 ", "99999999999999999999999"] {
+        for token in [
+            "0",
+            "25",
+            "-1",
+            "+3",
+            "03",
+            "abc",
+            "3 ",
+            "99999999999999999999999",
+        ] {
             let status = list(3, token, &[]).expect_err(token);
             assert_eq!(status.code(), tonic::Code::InvalidArgument, "{token}");
             assert!(status.message().starts_with("page_token "), "{token}");
@@ -318,7 +390,11 @@ mod tests {
     fn mask_keeps_only_the_selected_fields() {
         let resp = list(25, "", &["routes.id", "routes.price"]).expect("masked page");
         assert_eq!(resp.routes.len(), 25);
-        assert!(resp.routes.iter().all(|r| r.legs.is_empty() && r.price.is_some()));
+        assert!(
+            resp.routes
+                .iter()
+                .all(|r| r.legs.is_empty() && r.price.is_some())
+        );
         assert_eq!(resp.routes[24].id, "rte_025");
         assert_eq!(resp.next_page_token, "");
         // Small enough for any default 4 MiB client.
@@ -331,8 +407,20 @@ mod tests {
         let route = &resp.routes[0];
         assert_eq!(route.id, "");
         assert_eq!(route.legs.len(), 2);
-        assert_eq!(route.legs[1], Leg { origin: "EGPSD".into(), ..Leg::default() });
-        assert_eq!(route.price, Some(Money { currency: String::new(), amount: "1001.00".into() }));
+        assert_eq!(
+            route.legs[1],
+            Leg {
+                origin: "EGPSD".into(),
+                ..Leg::default()
+            }
+        );
+        assert_eq!(
+            route.price,
+            Some(Money {
+                currency: String::new(),
+                amount: "1001.00".into()
+            })
+        );
         assert_eq!(resp.next_page_token, "1");
     }
 
@@ -345,10 +433,20 @@ mod tests {
 
     #[test]
     fn unknown_mask_paths_are_invalid_argument_naming_the_path() {
-        for path in ["routes.legs.weight", "next_page_token", "id", "", "routes.price.amount.x"] {
+        for path in [
+            "routes.legs.weight",
+            "next_page_token",
+            "id",
+            "",
+            "routes.price.amount.x",
+        ] {
             let status = list(3, "", &["routes.id", path]).expect_err(path);
             assert_eq!(status.code(), tonic::Code::InvalidArgument);
-            assert!(status.message().contains(&format!("{path:?}")), "{}", status.message());
+            assert!(
+                status.message().contains(&format!("{path:?}")),
+                "{}",
+                status.message()
+            );
         }
     }
 }

@@ -31,7 +31,10 @@ impl<S> Layer<S> for IdentityResponsesLayer {
     type Service = IdentityResponses<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        IdentityResponses { inner, paths: self.paths }
+        IdentityResponses {
+            inner,
+            paths: self.paths,
+        }
     }
 }
 
@@ -86,8 +89,15 @@ mod tests {
                 .body(())
                 .expect("valid request")
         };
-        let small = svc.clone().oneshot(request("/pkg.Svc/Small")).await.expect("infallible");
-        let large = svc.oneshot(request("/pkg.Svc/Large")).await.expect("infallible");
+        let small = svc
+            .clone()
+            .oneshot(request("/pkg.Svc/Small"))
+            .await
+            .expect("infallible");
+        let large = svc
+            .oneshot(request("/pkg.Svc/Large"))
+            .await
+            .expect("infallible");
         assert_eq!(small, None);
         assert_eq!(large.as_ref().map(|v| v.as_bytes()), Some(&b"gzip"[..]));
     }

@@ -13,8 +13,9 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9180";
 ///
 /// tonic's default *encode* limit is unlimited, so without this a bug could
 /// stream any size at a client. 16 MiB leaves room for the full 25-route
-/// catalog (about 5.0 MB) while still being a cap. Larger responses fail on
-/// the server with `RESOURCE_EXHAUSTED` instead of reaching the client.
+/// catalog (about 5.0 MB) while still being a cap. A larger response is
+/// never sent: the call fails with `OUT_OF_RANGE` ("encoded message length
+/// too large").
 pub const MAX_SEND_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Largest request message the server will decode: 4 MiB, tonic's default.
@@ -99,7 +100,9 @@ impl Default for Config {
     /// The chapter's settings, as `routing-server` runs with no flags.
     fn default() -> Self {
         Self {
-            listen: DEFAULT_LISTEN.parse().expect("DEFAULT_LISTEN is a valid socket address"),
+            listen: DEFAULT_LISTEN
+                .parse()
+                .expect("DEFAULT_LISTEN is a valid socket address"),
             max_send_bytes: MAX_SEND_MESSAGE_BYTES,
             max_recv_bytes: MAX_RECV_MESSAGE_BYTES,
             keepalive_secs: KEEPALIVE_INTERVAL.as_secs(),

@@ -46,19 +46,23 @@ enum Command {
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
         .init();
     let cli = Cli::parse();
 
     let outcome = match cli.command {
         Some(Command::Probe { addr, timeout_secs }) => {
-            probe(&addr, Duration::from_secs(timeout_secs)).await.and_then(|status| {
-                tracing::info!(%addr, ?status, "health");
-                match status {
-                    ServingStatus::Serving => Ok(()),
-                    other => Err(format!("{addr} is {}", other.as_str_name()).into()),
-                }
-            })
+            probe(&addr, Duration::from_secs(timeout_secs))
+                .await
+                .and_then(|status| {
+                    tracing::info!(%addr, ?status, "health");
+                    match status {
+                        ServingStatus::Serving => Ok(()),
+                        other => Err(format!("{addr} is {}", other.as_str_name()).into()),
+                    }
+                })
         }
         None => serve(cli.config).await,
     };

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use tonic::transport::Endpoint;
-use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
 
 use crate::server::Error;
 
@@ -16,7 +18,11 @@ pub async fn probe(addr: &str, timeout: Duration) -> Result<ServingStatus, Error
         .timeout(timeout);
     let check = async {
         let mut client = HealthClient::new(endpoint.connect().await?);
-        let reply = client.check(HealthCheckRequest { service: String::new() }).await?;
+        let reply = client
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await?;
         Ok::<_, Error>(reply.into_inner().status())
     };
     tokio::time::timeout(timeout, check)

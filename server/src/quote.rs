@@ -30,7 +30,9 @@ pub fn quote(req: &GetQuoteRequest) -> Result<Quote, Status> {
     check_locode("origin", &req.origin)?;
     check_locode("destination", &req.destination)?;
     if req.origin == req.destination {
-        return Err(Status::invalid_argument("destination must differ from origin"));
+        return Err(Status::invalid_argument(
+            "destination must differ from origin",
+        ));
     }
     let total_kg = total_weight_kg(&req.cargo)?;
     Ok(Quote {
@@ -65,7 +67,9 @@ pub fn is_locode(code: &str) -> bool {
     let b = code.as_bytes();
     b.len() == 5
         && b[..2].iter().all(u8::is_ascii_uppercase)
-        && b[2..].iter().all(|&c| c.is_ascii_uppercase() || (b'2'..=b'9').contains(&c))
+        && b[2..]
+            .iter()
+            .all(|&c| c.is_ascii_uppercase() || (b'2'..=b'9').contains(&c))
 }
 
 fn check_locode(field: &str, code: &str) -> Result<(), Status> {
@@ -117,7 +121,10 @@ mod tests {
             destination: destination.into(),
             cargo: weights
                 .iter()
-                .map(|&weight_kg| CargoItem { description: "crate".into(), weight_kg })
+                .map(|&weight_kg| CargoItem {
+                    description: "crate".into(),
+                    weight_kg,
+                })
                 .collect(),
         }
     }
@@ -157,7 +164,11 @@ mod tests {
         assert_eq!(amount(&[0.15]), "0.38"); // 0.375 -> 0.38 either way
         assert_eq!(amount(&[0.001]), "0.00"); // 0.0025 is below the midpoint
         let bankers = (Decimal::new(5, 2) * RATE_USD_PER_KG).round_dp(2);
-        assert_eq!(bankers.to_string(), "0.12", "round_dp alone is banker's rounding");
+        assert_eq!(
+            bankers.to_string(),
+            "0.12",
+            "round_dp alone is banker's rounding"
+        );
     }
 
     #[test]
@@ -198,7 +209,9 @@ mod tests {
         for ok in ["NLRTM", "SGSIN", "DE2HM", "US9ZZ", "AB234"] {
             assert!(is_locode(ok), "{ok} should be valid");
         }
-        for bad in ["", "nlrtm", "NLRT", "NLRTMX", "N1RTM", "NLRT1", "NLRT0", "NL-TM", "ÑLRTM"] {
+        for bad in [
+            "", "nlrtm", "NLRT", "NLRTMX", "N1RTM", "NLRT1", "NLRT0", "NL-TM", "ÑLRTM",
+        ] {
             assert!(!is_locode(bad), "{bad:?} should be invalid");
         }
     }

@@ -45,7 +45,9 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<RoutingServiceServer<RoutingApi>>().await;
+    health
+        .set_serving::<RoutingServiceServer<RoutingApi>>()
+        .await;
 
     // Reflection lets grpcurl and ghz discover the API with no .proto files.
     // Both versions are served: grpcurl tries v1 first, older tools only know v1alpha.
@@ -68,8 +70,12 @@ pub async fn run(
         async move {
             shutdown.await;
             tracing::info!("shutdown requested: draining calls in flight");
-            health.set_service_status("", ServingStatus::NotServing).await;
-            health.set_not_serving::<RoutingServiceServer<RoutingApi>>().await;
+            health
+                .set_service_status("", ServingStatus::NotServing)
+                .await;
+            health
+                .set_not_serving::<RoutingServiceServer<RoutingApi>>()
+                .await;
             drain_started.notify_one();
         }
     };
@@ -120,7 +126,11 @@ impl LocalServer {
             // A dropped sender also means "stop".
             let _ = stop.await;
         }));
-        Ok(Self { addr, shutdown, task })
+        Ok(Self {
+            addr,
+            shutdown,
+            task,
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {

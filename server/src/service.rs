@@ -20,7 +20,9 @@ pub struct RoutingApi {
 
 impl RoutingApi {
     pub fn new(catalog: Catalog) -> Self {
-        Self { catalog: Arc::new(catalog) }
+        Self {
+            catalog: Arc::new(catalog),
+        }
     }
 }
 

@@ -1,1 +1,73 @@
-fn main(){}
+//! `footgun-client`: the anti-pattern. Opens a brand-new channel (a TCP and
+//! HTTP/2 handshake) for every GetQuote call, then throws it away.
+//!
+//! Run with:
+//!
+//! ```console
+//! $ cargo run -p routing-clients --bin footgun-client -- --calls 50
+//! {"client":"footgun","calls":50,"connections":50,"total_s":0.061234}
+//! ```
+//!
+//! `connections` is counted on the wire. Compare `total_s` with `pooled-client`.
+
+use std::{process::ExitCode, time::Instant};
+
+use clap::Parser;
+use routing_clients::{
+    Baseline, CountingConnector, Error, finish, init_tracing, rpc_error, sample_quote_request,
+    seconds,
+};
+use routing_contracts::routing::routing_service_client::RoutingServiceClient;
+use serde::Serialize;
+
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "GetQuote N times, opening a new channel for every call (the footgun)"
+)]
+struct Args {
+    #[command(flatten)]
+    baseline: Baseline,
+    /// Number of GetQuote calls.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    calls: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    client: &'static str,
+    calls: u32,
+    connections: u64,
+    total_s: f64,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    init_tracing();
+    finish(run(Args::parse()).await)
+}
+
+async fn run(args: Args) -> Result<Report, Error> {
+    let endpoint = args.baseline.endpoint()?;
+    let wire = CountingConnector::new();
+    let request = sample_quote_request();
+
+    let started = Instant::now();
+    for _ in 0..args.calls {
+        // The footgun: a new channel, so a new connection, for every call.
+        let channel = args.baseline.connect(&endpoint, wire.clone()).await?;
+        let mut client = RoutingServiceClient::new(channel);
+        client
+            .get_quote(request.clone())
+            .await
+            .map_err(rpc_error("GetQuote"))?;
+    }
+    let total_s = seconds(started.elapsed());
+
+    Ok(Report {
+        client: "footgun",
+        calls: args.calls,
+        connections: wire.snapshot().connections,
+        total_s,
+    })
+}

@@ -1,0 +1,100 @@
+//! What every client shares: the command-line baseline, the channel set-up
+//! with bounded timeouts, and the sample quote.
+
+use std::time::Duration;
+
+use routing_contracts::routing::GetQuoteRequest;
+use routing_contracts::types::CargoItem;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::{Error, target::Target, wire::CountingConnector};
+
+/// TCP connect plus HTTP/2 handshake must finish within this: 5 s.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Every RPC has this deadline: 10 s. tonic sends it as `grpc-timeout`, so
+/// the server gives up too, and enforces it locally as well.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The flags every client takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Baseline {
+    /// Server address: host:port or http://host:port.
+    #[arg(long, env = "ROUTING_TARGET", default_value = crate::target::DEFAULT_TARGET)]
+    pub target: Target,
+
+    /// Seconds allowed to open a connection (TCP and HTTP/2 handshake).
+    #[arg(long, default_value_t = CONNECT_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub connect_timeout_secs: u64,
+
+    /// Deadline of each RPC, in seconds.
+    #[arg(long, default_value_t = CALL_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub call_timeout_secs: u64,
+}
+
+impl Baseline {
+    /// The baseline endpoint: the target with a connect timeout and a deadline
+    /// on every call. Lessons add their own settings to it.
+    pub fn endpoint(&self) -> Result<Endpoint, Error> {
+        Ok(Endpoint::from_shared(self.target.uri())?
+            .connect_timeout(Duration::from_secs(self.connect_timeout_secs))
+            .timeout(Duration::from_secs(self.call_timeout_secs)))
+    }
+
+    /// Opens one channel (one TCP connection) through `wire`, which counts it.
+    ///
+    /// The whole set-up is bounded by the connect timeout: tonic's own covers
+    /// TCP only, so a server that accepts but never answers the HTTP/2
+    /// handshake is caught here instead of hanging.
+    pub async fn connect(
+        &self,
+        endpoint: &Endpoint,
+        wire: CountingConnector,
+    ) -> Result<Channel, Error> {
+        let limit = Duration::from_secs(self.connect_timeout_secs);
+        match tokio::time::timeout(limit, endpoint.connect_with_connector(wire)).await {
+            Ok(Ok(channel)) => Ok(channel),
+            Ok(Err(e)) => {
+                Err(format!("cannot connect to {}: {}", self.target, source_chain(&e)).into())
+            }
+            Err(_) => Err(format!(
+                "cannot connect to {}: no HTTP/2 handshake within {limit:?}",
+                self.target
+            )
+            .into()),
+        }
+    }
+}
+
+/// The quote every client asks for: 400.4 kg from Rotterdam to Singapore,
+/// which the server prices at USD 1001.00.
+pub fn sample_quote_request() -> GetQuoteRequest {
+    GetQuoteRequest {
+        origin: "NLRTM".into(),
+        destination: "SGSIN".into(),
+        cargo: vec![CargoItem {
+            description: "machine parts".into(),
+            weight_kg: 400.4,
+        }],
+    }
+}
+
+/// Turns a failed RPC into a short error: `GetQuote failed: Unavailable: ...`.
+pub fn rpc_error(method: &'static str) -> impl Fn(tonic::Status) -> Error {
+    move |status| format!("{method} failed: {:?}: {}", status.code(), status.message()).into()
+}
+
+/// An error and its causes on one line, e.g. "transport error: Connection refused".
+fn source_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        // hyper and io errors often repeat their cause in their own text.
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

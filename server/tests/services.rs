@@ -1,0 +1,140 @@
+//! Health and reflection: what grpcurl, ghz and container healthchecks use.
+
+mod support;
+
+use std::time::Duration;
+
+use tokio_stream::StreamExt;
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
+use tonic_reflection::pb::{v1, v1alpha};
+
+const ROUTING: &str = "shipping.routing.v1.RoutingService";
+const HEALTH: &str = "grpc.health.v1.Health";
+
+/// Given a running server, health reports SERVING for the whole server and
+/// for the routing service, and `routing-server probe`'s function agrees.
+#[tokio::test]
+async fn health_is_serving() {
+    let server = support::start().await;
+    let mut health = HealthClient::new(support::channel(&server).await);
+
+    for service in ["", ROUTING] {
+        let reply = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .expect("check");
+        assert_eq!(
+            reply.into_inner().status(),
+            ServingStatus::Serving,
+            "{service:?}"
+        );
+    }
+    let probed =
+        routing_server::probe::probe(&server.addr().to_string(), Duration::from_secs(3)).await;
+    assert_eq!(probed.expect("probe answers"), ServingStatus::Serving);
+}
+
+/// The probe fails fast, with an error rather than a hang, when nothing listens.
+#[tokio::test]
+async fn probe_fails_when_nothing_listens() {
+    let server = support::start().await;
+    let addr = server.addr().to_string();
+    server.shutdown().await.expect("clean shutdown");
+
+    let probed = routing_server::probe::probe(&addr, Duration::from_secs(2)).await;
+
+    assert!(probed.is_err(), "{probed:?}");
+}
+
+/// Reflection v1 lists the routing and health services and can resolve the
+/// imported FieldMask, so grpcurl needs no .proto files.
+#[tokio::test]
+async fn reflection_v1_lists_services_and_resolves_imports() {
+    use v1::{
+        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
+    let server = support::start().await;
+    let mut reflection = ServerReflectionClient::new(support::channel(&server).await);
+
+    let ask = |message| ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(message),
+    };
+    let requests = tokio_stream::iter([
+        ask(MessageRequest::ListServices(String::new())),
+        ask(MessageRequest::FileContainingSymbol(
+            "google.protobuf.FieldMask".into(),
+        )),
+    ]);
+    let mut replies = reflection
+        .server_reflection_info(requests)
+        .await
+        .expect("stream")
+        .into_inner();
+
+    let listed = replies
+        .next()
+        .await
+        .expect("a reply")
+        .expect("ok")
+        .message_response;
+    let Some(MessageResponse::ListServicesResponse(list)) = listed else {
+        panic!("{listed:?}")
+    };
+    let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+    assert!(
+        names.contains(&ROUTING) && names.contains(&HEALTH),
+        "{names:?}"
+    );
+
+    let file = replies
+        .next()
+        .await
+        .expect("a reply")
+        .expect("ok")
+        .message_response;
+    assert!(
+        matches!(file, Some(MessageResponse::FileDescriptorResponse(f)) if !f.file_descriptor_proto.is_empty())
+    );
+}
+
+/// Reflection v1alpha, for older tools, lists the same services.
+#[tokio::test]
+async fn reflection_v1alpha_lists_services() {
+    use v1alpha::{
+        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
+    let server = support::start().await;
+    let mut reflection = ServerReflectionClient::new(support::channel(&server).await);
+
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut replies = reflection
+        .server_reflection_info(tokio_stream::once(request))
+        .await
+        .expect("stream")
+        .into_inner();
+
+    let listed = replies
+        .next()
+        .await
+        .expect("a reply")
+        .expect("ok")
+        .message_response;
+    let Some(MessageResponse::ListServicesResponse(list)) = listed else {
+        panic!("{listed:?}")
+    };
+    let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+    assert!(
+        names.contains(&ROUTING) && names.contains(&HEALTH),
+        "{names:?}"
+    );
+}
