@@ -1,7 +1,7 @@
 //! The clients' output contract: exactly one JSON line on stdout, and
 //! everything else (logs, errors) on stderr.
 
-use std::{io::Write, process::ExitCode, time::Duration};
+use std::{io::IsTerminal, io::Write, process::ExitCode, time::Duration};
 
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
@@ -12,6 +12,8 @@ use crate::Error;
 pub fn init_tracing() {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, never in logs or CI.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
         )

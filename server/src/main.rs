@@ -12,7 +12,7 @@
 //! Logs go to stderr (`RUST_LOG=debug` for one line per call); nothing is
 //! printed on stdout except by `probe`.
 
-use std::{process::ExitCode, time::Duration};
+use std::{io::IsTerminal, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
 use routing_server::{Config, probe::probe, shutdown};
@@ -46,6 +46,8 @@ enum Command {
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, never in logs or CI.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )

@@ -1,0 +1,48 @@
+# syntax=docker/dockerfile:1
+#
+# The chapter's image: routing-server plus the four client binaries.
+#
+#   docker build -t grpc-tuning/routing-server:dev .     (or: docker compose build)
+#
+# Base images are build arguments, so a registry mirror can stand in:
+#   --build-arg RUST_IMAGE=mirror.example/library/rust:1.95-slim-bookworm
+# and so can binaries built elsewhere (CI does this; see ci/standin-images.sh):
+#   --build-arg BINARIES=<image holding the binaries in /out>
+
+ARG RUST_IMAGE=docker.io/library/rust:1.95-slim-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
+# The stage (or image) whose /out holds the binaries: by default the build below.
+ARG BINARIES=build
+
+# --- build: compile in the official Rust image. No protoc is needed: the
+# contracts crate parses the protos with protox, a Rust protobuf compiler.
+FROM ${RUST_IMAGE} AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY contracts contracts
+COPY server server
+COPY clients clients
+# BuildKit cache mounts keep the crate registry and target/ between builds,
+# so a code change recompiles only our crates, not the dependency tree.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p routing-server -p routing-clients \
+ && mkdir -p /out \
+ && cd target/release \
+ && cp routing-server footgun-client pooled-client gzip-client keepalive-client /out/
+
+FROM ${BINARIES} AS binaries
+
+# --- runtime: distroless cc (glibc, no shell), as the nonroot user.
+FROM ${RUNTIME_IMAGE}
+COPY --from=binaries /out/ /usr/local/bin/
+ENV PATH=/usr/local/bin \
+    ROUTING_LISTEN=0.0.0.0:9000 \
+    ROUTING_PROBE_ADDR=127.0.0.1:9000 \
+    RUST_LOG=info
+# distroless's "nonroot" user; numeric so it also works without /etc/passwd.
+USER 65532:65532
+EXPOSE 9000
+HEALTHCHECK --interval=5s --timeout=3s --start-period=5s --retries=5 \
+    CMD ["routing-server", "probe"]
+CMD ["routing-server"]

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Builds local stand-ins for the images verify.sh's container path uses.
+#
+# Why this exists: CI machines have Podman but no Docker engine and no access
+# to any container registry, so they cannot pull rust, distroless, grpcurl or
+# ghz images. Readers pull the real images; CI builds look-alikes locally:
+#
+#   runtime   FROM scratch + the glibc libraries our binaries link (ldd),
+#             standing in for gcr.io/distroless/cc-debian12:nonroot
+#   binaries  FROM scratch + host-built release binaries in /out,
+#             standing in for the Dockerfile's `build` stage
+#   server    the repository's real Dockerfile, final stage, built on the two above
+#   grpcurl   FROM scratch + a `go install`ed grpcurl, entrypoint /bin/grpcurl
+#   ghz       FROM scratch + a `go install`ed ghz, entrypoint /ghz
+#
+# Usage: ci/standin-images.sh RELEASE_DIR GO_BIN_DIR
+# Prints the image overrides for verify.sh as shell assignments on stdout.
+set -euo pipefail
+
+release_dir=${1:?usage: ci/standin-images.sh RELEASE_DIR GO_BIN_DIR}
+go_bin_dir=${2:?usage: ci/standin-images.sh RELEASE_DIR GO_BIN_DIR}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+bins=(routing-server footgun-client pooled-client gzip-client keepalive-client)
+tag=ci
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+build() { # build NAME CONTEXT [podman build args...]
+  local name=$1 context=$2
+  shift 2
+  podman build --quiet --tag "localhost/standin-$name:$tag" "$@" "$context" >&2
+}
+
+# runtime: every shared library the binaries load, at the same paths.
+mkdir -p "$work/runtime"
+for bin in "${bins[@]}"; do ldd "$release_dir/$bin"; done |
+  grep -o '/[^ ]*' | sort -u | while read -r lib; do
+    cp --parents -L "$lib" "$work/runtime/"
+  done
+printf 'FROM scratch\nCOPY . /\n' >"$work/runtime/Containerfile"
+build runtime "$work/runtime"
+
+# binaries: what the Dockerfile's build stage would leave in /out.
+mkdir -p "$work/binaries/out"
+for bin in "${bins[@]}"; do cp "$release_dir/$bin" "$work/binaries/out/"; done
+printf 'FROM scratch\nCOPY out /out\n' >"$work/binaries/Containerfile"
+build binaries "$work/binaries"
+
+# server: the real Dockerfile; only its base images are swapped.
+podman build --quiet --format docker --tag "localhost/standin-routing-server:$tag" \
+  --build-arg "RUNTIME_IMAGE=localhost/standin-runtime:$tag" \
+  --build-arg "BINARIES=localhost/standin-binaries:$tag" \
+  --file "$repo/Dockerfile" "$repo" >&2
+
+# grpcurl and ghz: same entrypoints as the published images.
+mkdir -p "$work/grpcurl" "$work/ghz"
+cp "$go_bin_dir/grpcurl" "$work/grpcurl/"
+printf 'FROM scratch\nCOPY grpcurl /bin/grpcurl\nENTRYPOINT ["/bin/grpcurl"]\n' >"$work/grpcurl/Containerfile"
+build grpcurl "$work/grpcurl"
+cp "$go_bin_dir/ghz" "$work/ghz/"
+printf 'FROM scratch\nCOPY ghz /ghz\nENTRYPOINT ["/ghz"]\n' >"$work/ghz/Containerfile"
+build ghz "$work/ghz"
+
+echo "ROUTING_IMAGE=localhost/standin-routing-server:$tag"
+echo "GRPCURL_IMAGE=localhost/standin-grpcurl:$tag"
+echo "GHZ_IMAGE=localhost/standin-ghz:$tag"

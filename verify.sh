@@ -1,0 +1,390 @@
+#!/usr/bin/env bash
+# verify.sh: brings the chapter's stack up, asserts every claim of the chapter
+# with real grpcurl, ghz and the four clients, prints PASS, and tears it down.
+# Run ./verify.sh --help for the modes and every override.
+# jq programs use $variables inside single quotes on purpose:
+# shellcheck disable=SC2016
+set -euo pipefail
+
+# ─── Bounds: every threshold in one table. Each is overridable by env. ───────
+# They are loose and relative on purpose: they must hold on a laptop, a busy
+# CI runner and a container network alike.
+FOOTGUN_FACTOR=${FOOTGUN_FACTOR:-1.5}     # footgun total_s > pooled total_s x this
+P99_CEILING_MS=${P99_CEILING_MS:-1500}    # ghz GetQuote p99 latency < this (ms)
+RPS_FLOOR=${RPS_FLOOR:-20}                # ghz GetQuote throughput > this (calls/s)
+GZIP_MAX_PERCENT=${GZIP_MAX_PERCENT:-5}   # gzip wire bytes ≤ this % of identity
+TIMING_ATTEMPTS=${TIMING_ATTEMPTS:-3}     # tries for timing checks (4, 9); each failure is printed
+
+# ─── Workload ────────────────────────────────────────────────────────────────
+CALLS=${CALLS:-50}                        # GetQuote calls per footgun/pooled run
+GHZ_CONCURRENCY=${GHZ_CONCURRENCY:-10}    # ghz -c
+GHZ_TOTAL=${GHZ_TOTAL:-300}               # ghz -n
+IDLE_SECS=${IDLE_SECS:-8}                 # keepalive-client idle gap (server/client ping every 5 s)
+RAISED_CAP=8388608                        # the chapter's raised cap (8 MiB)
+
+# ─── Time limits ─────────────────────────────────────────────────────────────
+READY_TIMEOUT_S=${READY_TIMEOUT_S:-90}    # server must report SERVING within this
+TOOL_TIMEOUT_S=${TOOL_TIMEOUT_S:-120}     # any single grpcurl / ghz / client run
+BUILD_TIMEOUT_S=${BUILD_TIMEOUT_S:-1800}  # cargo or image build
+
+# ─── How to run ──────────────────────────────────────────────────────────────
+COMPOSE=${COMPOSE:-docker compose}
+ROUTING_PORT=${ROUTING_PORT:-9180}        # compose publishes 127.0.0.1:$ROUTING_PORT
+SERVICE=shipping.routing.v1.RoutingService
+QUOTE_JSON='{"origin":"NLRTM","destination":"SGSIN","cargo":[{"description":"machine parts","weightKg":400.4}]}'
+
+usage() {
+  cat <<EOF
+Usage: ./verify.sh [--local] [--no-build] [--help]
+
+Brings the stack up, runs grpcurl, ghz and the four clients against it,
+asserts the chapter's claims, prints PASS (exit 0) or the failed assertion
+with its evidence (exit 1), and tears everything down. Exit 2: bad usage or a
+missing host tool.
+
+Modes:
+  (default)      Docker Compose: builds the image, starts the server, runs
+                 grpcurl, ghz and the clients as containers (profile "tools").
+  COMPOSE=podman-compose ./verify.sh
+                 The same with Podman. Readiness is polled by this script.
+  --local        No containers: builds with cargo, starts routing-server on a
+                 free loopback port, and uses grpcurl and ghz from PATH.
+  --no-build     Use images (or, with --local, target/release binaries) that
+                 already exist.
+
+Overrides (environment):
+  Bounds     FOOTGUN_FACTOR=$FOOTGUN_FACTOR P99_CEILING_MS=$P99_CEILING_MS RPS_FLOOR=$RPS_FLOOR
+             GZIP_MAX_PERCENT=$GZIP_MAX_PERCENT TIMING_ATTEMPTS=$TIMING_ATTEMPTS
+  Workload   CALLS=$CALLS GHZ_CONCURRENCY=$GHZ_CONCURRENCY GHZ_TOTAL=$GHZ_TOTAL IDLE_SECS=$IDLE_SECS
+  Limits     READY_TIMEOUT_S=$READY_TIMEOUT_S TOOL_TIMEOUT_S=$TOOL_TIMEOUT_S BUILD_TIMEOUT_S=$BUILD_TIMEOUT_S
+  Compose    COMPOSE="$COMPOSE" ROUTING_PORT=$ROUTING_PORT
+             ROUTING_IMAGE, GRPCURL_IMAGE, GHZ_IMAGE (see compose.yaml)
+EOF
+}
+
+# ─── Small verbs ─────────────────────────────────────────────────────────────
+say() { printf '%s\n' "$*" >&2; }
+die() { say "verify.sh: $*"; exit 2; }
+
+mode=compose
+build=yes
+while (($#)); do
+  case $1 in
+    --local) mode=local ;;
+    --no-build) build=no ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument: $1" ;;
+  esac
+  shift
+done
+
+cd "$(dirname "$0")"
+scratch=$(mktemp -d)
+server_pid=
+compose_up=no
+read -r -a compose <<<"$COMPOSE"
+
+need() { # need TOOL HINT
+  command -v "$1" >/dev/null 2>&1 || die "$1 is required but not on PATH. Install: $2"
+}
+need jq "apt-get install jq | dnf install jq | brew install jq"
+need timeout "coreutils (apt-get install coreutils; on macOS: brew install coreutils)"
+need mktemp "coreutils"
+if [[ $mode == local ]]; then
+  need cargo "https://rustup.rs"
+  need grpcurl "go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
+  need ghz "go install github.com/bojand/ghz/cmd/ghz@v0.121.0"
+else
+  need "${compose[0]}" "Docker with the compose plugin (https://docs.docker.com/compose/install/), or pip install podman-compose and set COMPOSE=podman-compose"
+  if [[ ${compose[0]} == docker ]]; then
+    timeout 30 "${compose[@]}" version >/dev/null 2>&1 ||
+      die "'$COMPOSE' does not work: install the Docker compose plugin, or set COMPOSE"
+  fi
+fi
+
+compose_cmd() { "${compose[@]}" "$@"; }
+
+server_log() { # the tail of the server's log, for evidence
+  if [[ $mode == local ]]; then
+    tail -n 40 "$scratch/server.log" 2>/dev/null || true
+  elif [[ $compose_up == yes ]]; then
+    timeout 30 "${compose[@]}" logs --no-color --tail 40 server 2>&1 || true
+  fi
+}
+
+cleanup() {
+  local rc=$?
+  if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    # The server drains for up to 10 s; do not wait longer than that and a bit.
+    for _ in $(seq 30); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL "$server_pid" 2>/dev/null || true
+  fi
+  if [[ $compose_up == yes ]]; then
+    say "tearing down: $COMPOSE down"
+    timeout 120 "${compose[@]}" --profile tools down --remove-orphans --timeout 15 >"$scratch/down.log" 2>&1 ||
+      { say "compose down failed:"; cat "$scratch/down.log" >&2; }
+  fi
+  rm -rf "$scratch"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ─── Launchers: the only place local and compose differ ───────────────────
+# Each runs one tool under `timeout`. Inside compose the server is server:9000.
+grpcurl_() {
+  if [[ $mode == local ]]; then
+    timeout "$TOOL_TIMEOUT_S" grpcurl "$@"
+  else
+    timeout "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T grpcurl "$@"
+  fi
+}
+ghz_() {
+  if [[ $mode == local ]]; then
+    timeout "$TOOL_TIMEOUT_S" ghz "$@"
+  else
+    timeout "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T ghz "$@"
+  fi
+}
+client_() { # client_ BIN ARGS...
+  local bin=$1
+  shift
+  if [[ $mode == local ]]; then
+    timeout "$TOOL_TIMEOUT_S" "target/release/$bin" --target "$target" "$@"
+  else
+    timeout "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T clients "$bin" --target "$target" "$@"
+  fi
+}
+
+# capture NAME LAUNCHER ARGS...: stdout → $scratch/NAME.out, stderr → NAME.err, exit code → $rc.
+rc=0
+capture() {
+  local name=$1
+  shift
+  rc=0
+  "$@" >"$scratch/$name.out" 2>"$scratch/$name.err" || rc=$?
+  if ((rc == 124)); then say "  ($name timed out after ${TOOL_TIMEOUT_S}s)"; fi
+}
+
+# ─── Assertion verbs ─────────────────────────────────────────────────────────
+row() { printf '%-42s %-38s %-32s %s\n' "$1" "$2" "$3" "$4"; }
+pass() { row "$1" "$2" "$3" ok; }
+fail() { # fail NAME MEASURED BOUND [EVIDENCE_NAME...]
+  local name=$1 measured=$2 bound=$3 evidence
+  shift 3
+  row "$name" "$measured" "$bound" FAIL
+  for evidence in "$@"; do
+    say "--- $evidence (exit $(cat "$scratch/$evidence.rc" 2>/dev/null || echo "?")) stdout:"
+    head -c 2000 "$scratch/$evidence.out" >&2 2>/dev/null || true
+    say "--- $evidence stderr:"
+    tail -n 20 "$scratch/$evidence.err" >&2 2>/dev/null || true
+  done
+  say "--- server log (tail):"
+  server_log >&2
+  say "FAIL: $name: measured $measured, expected $bound"
+  exit 1
+}
+# check NAME MEASURED BOUND CONDITION EVIDENCE...: CONDITION is "true" or not.
+check() {
+  local name=$1 measured=$2 bound=$3 condition=$4
+  shift 4
+  if [[ $condition == true ]]; then pass "$name" "$measured" "$bound"; else fail "$name" "$measured" "$bound" "$@"; fi
+}
+# jqn EXPR: evaluates a jq expression over no input (numbers, comparisons).
+jqn() { jq -rn "$@"; }
+# field NAME FILTER: reads one value from a captured JSON output (empty on error).
+field() { jq -r "$2" "$scratch/$1.out" 2>/dev/null || true; }
+# remember the exit code of the last capture for evidence
+keep_rc() { echo "$rc" >"$scratch/$1.rc"; }
+
+summary=()
+note() { summary+=("$(printf '%-36s %s' "$1" "$2")"); }
+
+# ─── Bring the stack up ──────────────────────────────────────────────────────
+if [[ $mode == local ]]; then
+  if [[ $build == yes ]]; then
+    say "building: cargo build --release --locked -p routing-server -p routing-clients"
+    timeout "$BUILD_TIMEOUT_S" cargo build --release --locked -p routing-server -p routing-clients >&2
+  fi
+  for bin in routing-server footgun-client pooled-client gzip-client keepalive-client; do
+    [[ -x target/release/$bin ]] || die "target/release/$bin is missing: run without --no-build"
+  done
+  # Port 0: the kernel picks a free port, which the server logs.
+  RUST_LOG=info target/release/routing-server --listen 127.0.0.1:0 >"$scratch/server.out" 2>"$scratch/server.log" &
+  server_pid=$!
+  for _ in $(seq 100); do
+    target=$(grep -o 'local_addr=127\.0\.0\.1:[0-9]*' "$scratch/server.log" | head -n 1 | cut -d= -f2 || true)
+    [[ -n $target ]] && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [[ -n ${target:-} ]] || { server_log >&2; die "routing-server did not start"; }
+  proto_dir=contracts/proto
+else
+  export ROUTING_PORT
+  if [[ $build == yes ]]; then
+    say "building: $COMPOSE build server"
+    timeout "$BUILD_TIMEOUT_S" "${compose[@]}" build server >&2
+  fi
+  say "starting: $COMPOSE up -d server"
+  compose_up=yes
+  timeout 300 "${compose[@]}" up -d --no-build server >"$scratch/up.log" 2>&1 ||
+    { cat "$scratch/up.log" >&2; die "'$COMPOSE up' failed (is port $ROUTING_PORT free? set ROUTING_PORT)"; }
+  target=server:9000
+  proto_dir=/proto
+fi
+say "verify.sh: mode=$mode target=$target"
+
+# Readiness: poll the gRPC health check, bounded. Never a fixed sleep.
+deadline=$((SECONDS + READY_TIMEOUT_S))
+status=
+while ((SECONDS < deadline)); do
+  capture ready grpcurl_ -plaintext -d '{}' "$target" grpc.health.v1.Health/Check
+  status=$(field ready .status)
+  [[ $status == SERVING ]] && break
+  if [[ $mode == local ]] && ! kill -0 "$server_pid" 2>/dev/null; then break; fi
+  sleep 1
+done
+keep_rc ready
+row ASSERTION MEASURED BOUND RESULT
+check "0 health: server reports SERVING" "${status:-no answer}" "SERVING within ${READY_TIMEOUT_S}s" \
+  "$([[ $status == SERVING ]] && echo true)" ready
+
+# ─── 1. Reflection ───────────────────────────────────────────────────────────
+capture list grpcurl_ -plaintext "$target" list
+keep_rc list
+found=$(grep -cx "$SERVICE" "$scratch/list.out" || true)
+check "1 reflection lists RoutingService" "$(wc -l <"$scratch/list.out") services, match=$found" "lists $SERVICE" \
+  "$([[ $rc == 0 && $found == 1 ]] && echo true)" list
+
+# ─── 2. GetQuote: the formula ────────────────────────────────────────────────
+capture quote grpcurl_ -plaintext -d "$QUOTE_JSON" "$target" "$SERVICE/GetQuote"
+keep_rc quote
+got=$(field quote '[.quote.price.amount, .quote.routeId, (.quote.legs | length | tostring) + "x" + (.quote.legs[0].carrier)] | join(" ")')
+check "2 GetQuote 400.4 kg x 2.50" "${got:-no answer}" "1001.00 NLRTM-SGSIN 1xMAERSK" \
+  "$([[ $got == "1001.00 NLRTM-SGSIN 1xMAERSK" ]] && echo true)" quote
+
+capture bad_quote grpcurl_ -plaintext -d '{"origin":"rotterdam","destination":"SGSIN","cargo":[{"weightKg":1}]}' \
+  "$target" "$SERVICE/GetQuote"
+keep_rc bad_quote
+code=$(grep -o 'Code: [A-Za-z]*' "$scratch/bad_quote.err" | head -n 1 | cut -d' ' -f2 || true)
+check "2b GetQuote bad origin is rejected" "exit $rc, ${code:-no code}" "exit 67, InvalidArgument" \
+  "$([[ $rc == 67 && $code == InvalidArgument ]] && echo true)" bad_quote
+
+# ─── 3. ListRoutes: the default page ─────────────────────────────────────────
+capture page grpcurl_ -plaintext -d '{}' "$target" "$SERVICE/ListRoutes"
+keep_rc page
+got=$(field page '([.routes[].id] | join(",")) + " next=" + .nextPageToken')
+check "3 ListRoutes default page" "${got:-no answer}" "rte_001,rte_002,rte_003 next=3" \
+  "$([[ $got == "rte_001,rte_002,rte_003 next=3" ]] && echo true)" page
+
+# ─── 4. Channel reuse ────────────────────────────────────────────────────────
+for try in $(seq "$TIMING_ATTEMPTS"); do
+  capture footgun client_ footgun-client --calls "$CALLS"
+  keep_rc footgun
+  capture pooled client_ pooled-client --calls "$CALLS"
+  keep_rc pooled
+  footgun_s=$(field footgun .total_s)
+  pooled_s=$(field pooled .total_s)
+  footgun_conns=$(field footgun .connections)
+  pooled_conns=$(field pooled .connections)
+  # Connection counts are facts, not timings: a wrong count fails at once.
+  [[ $footgun_conns == "$CALLS" ]] ||
+    fail "4a footgun opens a connection per call" "${footgun_conns:-exit $rc} connections" "$CALLS (= calls)" footgun
+  [[ $pooled_conns == 1 ]] ||
+    fail "4b pooled reuses one connection" "${pooled_conns:-exit $rc} connections" "1" pooled
+  ratio=$(jqn --argjson f "$footgun_s" --argjson p "$pooled_s" '$f / $p * 100 | round / 100')
+  faster=$(jqn --argjson f "$footgun_s" --argjson p "$pooled_s" --argjson k "$FOOTGUN_FACTOR" '$f > $p * $k')
+  [[ $faster == true ]] && break
+  if ((try < TIMING_ATTEMPTS)); then
+    row "4c footgun slower than pooled (try $try)" "${footgun_s}s vs ${pooled_s}s (x$ratio)" "> x$FOOTGUN_FACTOR" "retry"
+  fi
+done
+pass "4a footgun opens a connection per call" "$footgun_conns connections" "$CALLS (= calls)"
+pass "4b pooled reuses one connection" "$pooled_conns connection" "1"
+check "4c footgun slower than pooled" "${footgun_s}s vs ${pooled_s}s (x$ratio)" "> x$FOOTGUN_FACTOR" "$faster" footgun pooled
+note "footgun total_s ($CALLS calls)" "$footgun_s s, $footgun_conns connections"
+note "pooled total_s ($CALLS calls)" "$pooled_s s, $pooled_conns connection"
+note "footgun / pooled" "x$ratio"
+
+# ─── 5. Message caps ─────────────────────────────────────────────────────────
+capture capped grpcurl_ -plaintext -d '{"pageSize":25}' "$target" "$SERVICE/ListRoutes"
+keep_rc capped
+code=$(grep -o 'Code: [A-Za-z]*' "$scratch/capped.err" | head -n 1 | cut -d' ' -f2 || true)
+larger=$(grep -c 'larger than max' "$scratch/capped.err" || true)
+check "5a pageSize 25 at grpcurl's 4 MiB default" "exit $rc, ${code:-no code}" "exit 72, ResourceExhausted" \
+  "$([[ $rc == 72 && $code == ResourceExhausted && $larger -ge 1 ]] && echo true)" capped
+capped_msg=$(grep -o 'Message: .*' "$scratch/capped.err" | head -n 1 || true)
+
+capture raised grpcurl_ -plaintext -max-msg-sz "$RAISED_CAP" -d '{"pageSize":25}' "$target" "$SERVICE/ListRoutes"
+keep_rc raised
+got=$(field raised '"\(.routes | length) routes \(.routes[0].id)..\(.routes[-1].id)"')
+check "5b pageSize 25 with -max-msg-sz $RAISED_CAP" "${got:-exit $rc}" "25 routes rte_001..rte_025" \
+  "$([[ $got == "25 routes rte_001..rte_025" ]] && echo true)" raised
+note "full catalog at 4 MiB" "${capped_msg#Message: }"
+
+# ─── 6. Shrink instead of raising ────────────────────────────────────────────
+capture masked grpcurl_ -plaintext \
+  -d '{"pageSize":25,"fieldMask":{"paths":["routes.id","routes.price"]}}' "$target" "$SERVICE/ListRoutes"
+keep_rc masked
+got=$(field masked '"\(.routes | length) routes, \([.routes[] | select(.legs)] | length) with legs"')
+check "6 pageSize 25 + mask id,price at 4 MiB" "${got:-exit $rc}" "25 routes, 0 with legs" \
+  "$([[ $got == "25 routes, 0 with legs" ]] && echo true)" masked
+
+# ─── 7. gzip ─────────────────────────────────────────────────────────────────
+capture gzip client_ gzip-client
+keep_rc gzip
+result=$(field gzip .result)
+identity=$(field gzip .identity_wire_bytes)
+zipped=$(field gzip .gzip_wire_bytes)
+percent=$(jqn --argjson i "${identity:-0}" --argjson g "${zipped:-0}" 'if $i > 0 then ($g / $i * 10000 | round / 100) else 100 end')
+small=$(jqn --argjson p "$percent" --argjson k "$GZIP_MAX_PERCENT" '$p <= $k')
+check "7a gzip-client answers match" "${result:-exit $rc}, $(field gzip .routes) routes" "MATCH, 25 routes" \
+  "$([[ $result == MATCH && $(field gzip .routes) == 25 ]] && echo true)" gzip
+check "7b gzip wire bytes vs identity" "$zipped / $identity = $percent%" "<= $GZIP_MAX_PERCENT%" "$small" gzip
+note "identity wire bytes (25 routes)" "$identity"
+note "gzip wire bytes (25 routes)" "$zipped ($percent%)"
+
+# ─── 8. Keepalive ────────────────────────────────────────────────────────────
+capture keepalive client_ keepalive-client --idle-secs "$IDLE_SECS"
+keep_rc keepalive
+got=$(field keepalive '"\(.result) on \(.connections) connection, \(.idle_bytes_sent) B sent idle"')
+sent=$(field keepalive .idle_bytes_sent)
+check "8 keepalive-client across ${IDLE_SECS}s idle" "${got:-exit $rc}" "SURVIVED, 1 connection, >0 B" \
+  "$([[ $(field keepalive .result) == SURVIVED && $(field keepalive .connections) == 1 && ${sent:-0} -gt 0 ]] && echo true)" keepalive
+note "idle bytes sent / received (${IDLE_SECS}s)" "$sent / $(field keepalive .idle_bytes_received)"
+
+# ─── 9. Load: ghz on GetQuote ────────────────────────────────────────────────
+for try in $(seq "$TIMING_ATTEMPTS"); do
+  capture ghz ghz_ --insecure \
+    --proto "$proto_dir/shipping/routing/v1/routing_service.proto" --import-paths "$proto_dir" \
+    --call "$SERVICE.GetQuote" -d "$QUOTE_JSON" \
+    -c "$GHZ_CONCURRENCY" -n "$GHZ_TOTAL" --timeout 10s -O json "$target"
+  keep_rc ghz
+  # ghz exits 0 even when every call failed: read the status distribution.
+  ok_count=$(field ghz '.statusCodeDistribution.OK // 0')
+  codes=$(field ghz '.statusCodeDistribution | to_entries | map("\(.key)=\(.value)") | join(",")')
+  count=$(field ghz .count)
+  check "9a ghz GetQuote: every call OK" "${codes:-exit $rc}, count ${count:-?}" "OK=$GHZ_TOTAL, count $GHZ_TOTAL" \
+    "$([[ $ok_count == "$GHZ_TOTAL" && $count == "$GHZ_TOTAL" ]] && echo true)" ghz
+  # Latencies in ghz's JSON are nanoseconds.
+  p50_ms=$(field ghz '.latencyDistribution[] | select(.percentage == 50) | .latency / 1e6 * 100 | round / 100')
+  p99_ms=$(field ghz '.latencyDistribution[] | select(.percentage == 99) | .latency / 1e6 * 100 | round / 100')
+  rps=$(field ghz '.rps | round')
+  p99_ok=$(jqn --argjson p "${p99_ms:-1e9}" --argjson k "$P99_CEILING_MS" '$p < $k')
+  rps_ok=$(jqn --argjson r "${rps:-0}" --argjson k "$RPS_FLOOR" '$r > $k')
+  [[ $p99_ok == true && $rps_ok == true ]] && break
+  if ((try < TIMING_ATTEMPTS)); then
+    row "9b/c ghz timing (try $try)" "p99 ${p99_ms}ms, ${rps} rps" "< ${P99_CEILING_MS}ms, > ${RPS_FLOOR}" "retry"
+  fi
+done
+check "9b ghz GetQuote p99 latency" "${p99_ms} ms" "< ${P99_CEILING_MS} ms" "$p99_ok" ghz
+check "9c ghz GetQuote throughput" "${rps} rps" "> ${RPS_FLOOR} rps" "$rps_ok" ghz
+note "ghz GetQuote (-c $GHZ_CONCURRENCY -n $GHZ_TOTAL)" "$rps rps, p50 $p50_ms ms, p99 $p99_ms ms"
+
+# ─── Summary ─────────────────────────────────────────────────────────────────
+printf '\nSummary (mode=%s)\n' "$mode"
+printf '%s\n' "${summary[@]}"
+printf '\nPASS\n'
