@@ -28,8 +28,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p routing-server -p routing-clients \
  && mkdir -p /out \
- && cd target/release \
- && cp routing-server footgun-client pooled-client gzip-client keepalive-client /out/
+ && cp target/release/routing-server target/release/footgun-client target/release/pooled-client \
+       target/release/gzip-client target/release/keepalive-client /out/
 
 FROM ${BINARIES} AS binaries
 

@@ -38,7 +38,9 @@ struct Report {
     total_s: f64,
 }
 
-#[tokio::main]
+// One thread: the calls are sequential, and timings are steadier without
+// wake-ups crossing threads.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     init_tracing();
     finish(run(Args::parse()).await)
