@@ -6,7 +6,7 @@
 //!
 //! ```console
 //! $ cargo run -p routing-clients --bin gzip-client
-//! {"client":"gzip","result":"MATCH","routes":25,"identity_wire_bytes":5004321,"gzip_wire_bytes":12345}
+//! {"client":"gzip","result":"MATCH","routes":25,"identity_wire_bytes":5005371,"gzip_wire_bytes":7168}
 //! ```
 //!
 //! `*_wire_bytes` are the bytes received on each connection, HTTP/2 framing

@@ -6,7 +6,7 @@
 //!
 //! ```console
 //! $ cargo run -p routing-clients --bin keepalive-client -- --idle-secs 8
-//! {"client":"keepalive","result":"SURVIVED","connections":1,"idle_s":8,"idle_bytes_sent":34,"idle_bytes_received":51}
+//! {"client":"keepalive","result":"SURVIVED","connections":1,"idle_s":8,"idle_bytes_sent":34,"idle_bytes_received":34}
 //! ```
 //!
 //! SURVIVED means both answers are identical and both calls used the same,
@@ -22,6 +22,13 @@ use routing_clients::{
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use serde::Serialize;
 
+/// Send a PING after 5 s without traffic: the chapter's client keepalive.
+/// grpc-go and grpc-java servers would answer this with `too_many_pings`
+/// (their floor is 5 min by default); tonic servers enforce no floor.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// Declare the connection dead if a PING is not acked within 20 s.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
 #[derive(Debug, Parser)]
 #[command(
     version,
@@ -34,10 +41,10 @@ struct Args {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(0..=3600))]
     idle_secs: u64,
     /// Send a keepalive PING after this many seconds without traffic.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = KEEPALIVE_INTERVAL.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     keepalive_secs: u64,
     /// Close the connection as dead if a PING is not acked within this many seconds.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = KEEPALIVE_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     keepalive_timeout_secs: u64,
 }
 
