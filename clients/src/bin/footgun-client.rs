@@ -5,7 +5,7 @@
 //!
 //! ```console
 //! $ cargo run -p routing-clients --bin footgun-client -- --calls 50
-//! {"client":"footgun","calls":50,"connections":50,"total_s":0.051493}
+//! {"client":"footgun","calls":50,"connections":50,"total_s":0.019479}
 //! ```
 //!
 //! `connections` is counted on the wire. Compare `total_s` with `pooled-client`.

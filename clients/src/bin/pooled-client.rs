@@ -5,7 +5,7 @@
 //!
 //! ```console
 //! $ cargo run -p routing-clients --bin pooled-client -- --calls 50
-//! {"client":"pooled","calls":50,"connections":1,"total_s":0.013172}
+//! {"client":"pooled","calls":50,"connections":1,"total_s":0.007234}
 //! ```
 //!
 //! `connections` is counted on the wire. Compare `total_s` with `footgun-client`.
