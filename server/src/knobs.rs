@@ -20,7 +20,7 @@ pub const MAX_SEND_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Largest request message the server will decode: 4 MiB, tonic's default.
 ///
-/// Requests are small (a GetQuote with 1000 cargo items is about 40 kB), so
+/// Requests are small (1000 cargo items with short descriptions are ~25 kB), so
 /// we keep the default on purpose: the chapter's rule is to raise a cap only
 /// where a message really needs it. Larger requests get `OUT_OF_RANGE`.
 pub const MAX_RECV_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
@@ -39,7 +39,7 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Graceful shutdown: after SIGTERM or Ctrl+C the server stops accepting,
 /// lets calls in flight finish, and gives up waiting after 10 s.
-/// Compose's default stop grace period is also 10 s.
+/// compose.yaml allows 15 s before SIGKILL, so the drain can finish.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Responses are gzip-compressed when the client accepts gzip, except for

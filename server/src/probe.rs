@@ -13,16 +13,27 @@ use crate::server::Error;
 /// Asks `addr` (`host:port`) for the overall health (service `""`) and returns
 /// the status it reports. Connecting and the call share one `timeout`.
 pub async fn probe(addr: &str, timeout: Duration) -> Result<ServingStatus, Error> {
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))?
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|_| format!("bad address {addr:?}: expected host:port"))?
         .connect_timeout(timeout)
         .timeout(timeout);
     let check = async {
-        let mut client = HealthClient::new(endpoint.connect().await?);
-        let reply = client
+        let channel = endpoint.connect().await.map_err(|e| {
+            // tonic's error says only "transport error"; its causes ("tcp
+            // connect error: Connection refused") are what an operator needs.
+            let mut causes: Vec<String> =
+                std::iter::successors(std::error::Error::source(&e), |c| c.source())
+                    .map(ToString::to_string)
+                    .collect();
+            causes.dedup(); // hyper repeats some causes verbatim
+            format!("cannot connect to {addr}: {}", causes.join(": "))
+        })?;
+        let reply = HealthClient::new(channel)
             .check(HealthCheckRequest {
                 service: String::new(),
             })
-            .await?;
+            .await
+            .map_err(|s| format!("health check failed: {:?}: {}", s.code(), s.message()))?;
         Ok::<_, Error>(reply.into_inner().status())
     };
     tokio::time::timeout(timeout, check)
