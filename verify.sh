@@ -156,13 +156,15 @@ client_() { # client_ BIN ARGS...
   fi
 }
 
-# capture NAME LAUNCHER ARGS...: stdout → $scratch/NAME.out, stderr → NAME.err, exit code → $rc.
+# capture NAME LAUNCHER ARGS...: stdout → $scratch/NAME.out, stderr → NAME.err,
+# exit code → $rc and NAME.rc (the latter for the evidence a failure prints).
 rc=0
 capture() {
   local name=$1
   shift
   rc=0
   "$@" >"$scratch/$name.out" 2>"$scratch/$name.err" || rc=$?
+  echo "$rc" >"$scratch/$name.rc"
   if ((rc == 124)); then say "  ($name timed out after ${TOOL_TIMEOUT_S}s)"; fi
 }
 
@@ -194,8 +196,6 @@ check() {
 jqn() { jq -rn "$@"; }
 # field NAME FILTER: reads one value from a captured JSON output (empty on error).
 field() { jq -r "$2" "$scratch/$1.out" 2>/dev/null || true; }
-# remember the exit code of the last capture for evidence
-keep_rc() { echo "$rc" >"$scratch/$1.rc"; }
 
 summary=()
 note() { summary+=("$(printf '%-36s %s' "$1" "$2")"); }
@@ -245,35 +245,30 @@ while ((SECONDS < deadline)); do
   if [[ $mode == local ]] && ! kill -0 "$server_pid" 2>/dev/null; then break; fi
   sleep 1
 done
-keep_rc ready
 row ASSERTION MEASURED BOUND RESULT
 check "0 health: server reports SERVING" "${status:-no answer}" "SERVING within ${READY_TIMEOUT_S}s" \
   "$([[ $status == SERVING ]] && echo true)" ready
 
 # ─── 1. Reflection ───────────────────────────────────────────────────────────
 capture list grpcurl_ -plaintext "$target" list
-keep_rc list
 found=$(grep -cx "$SERVICE" "$scratch/list.out" || true)
 check "1 reflection lists RoutingService" "$(wc -l <"$scratch/list.out") services, match=$found" "lists $SERVICE" \
   "$([[ $rc == 0 && $found == 1 ]] && echo true)" list
 
 # ─── 2. GetQuote: the formula ────────────────────────────────────────────────
 capture quote grpcurl_ -plaintext -d "$QUOTE_JSON" "$target" "$SERVICE/GetQuote"
-keep_rc quote
 got=$(field quote '[.quote.price.amount, .quote.routeId, (.quote.legs | length | tostring) + "x" + (.quote.legs[0].carrier)] | join(" ")')
 check "2 GetQuote 400.4 kg x 2.50" "${got:-no answer}" "1001.00 NLRTM-SGSIN 1xMAERSK" \
   "$([[ $got == "1001.00 NLRTM-SGSIN 1xMAERSK" ]] && echo true)" quote
 
 capture bad_quote grpcurl_ -plaintext -d '{"origin":"rotterdam","destination":"SGSIN","cargo":[{"weightKg":1}]}' \
   "$target" "$SERVICE/GetQuote"
-keep_rc bad_quote
 code=$(grep -o 'Code: [A-Za-z]*' "$scratch/bad_quote.err" | head -n 1 | cut -d' ' -f2 || true)
 check "2b GetQuote bad origin is rejected" "exit $rc, ${code:-no code}" "exit 67, InvalidArgument" \
   "$([[ $rc == 67 && $code == InvalidArgument ]] && echo true)" bad_quote
 
 # ─── 3. ListRoutes: the default page ─────────────────────────────────────────
 capture page grpcurl_ -plaintext -d '{}' "$target" "$SERVICE/ListRoutes"
-keep_rc page
 got=$(field page '([.routes[].id] | join(",")) + " next=" + .nextPageToken')
 check "3 ListRoutes default page" "${got:-no answer}" "rte_001,rte_002,rte_003 next=3" \
   "$([[ $got == "rte_001,rte_002,rte_003 next=3" ]] && echo true)" page
@@ -281,9 +276,7 @@ check "3 ListRoutes default page" "${got:-no answer}" "rte_001,rte_002,rte_003 n
 # ─── 4. Channel reuse ────────────────────────────────────────────────────────
 for try in $(seq "$TIMING_ATTEMPTS"); do
   capture footgun client_ footgun-client --calls "$CALLS"
-  keep_rc footgun
   capture pooled client_ pooled-client --calls "$CALLS"
-  keep_rc pooled
   footgun_s=$(field footgun .total_s)
   pooled_s=$(field pooled .total_s)
   footgun_conns=$(field footgun .connections)
@@ -309,7 +302,6 @@ note "footgun / pooled" "x$ratio"
 
 # ─── 5. Message caps ─────────────────────────────────────────────────────────
 capture capped grpcurl_ -plaintext -d '{"pageSize":25}' "$target" "$SERVICE/ListRoutes"
-keep_rc capped
 code=$(grep -o 'Code: [A-Za-z]*' "$scratch/capped.err" | head -n 1 | cut -d' ' -f2 || true)
 larger=$(grep -c 'larger than max' "$scratch/capped.err" || true)
 check "5a pageSize 25 at grpcurl's 4 MiB default" "exit $rc, ${code:-no code}" "exit 72, ResourceExhausted" \
@@ -317,7 +309,6 @@ check "5a pageSize 25 at grpcurl's 4 MiB default" "exit $rc, ${code:-no code}" "
 capped_msg=$(grep -o 'Message: .*' "$scratch/capped.err" | head -n 1 || true)
 
 capture raised grpcurl_ -plaintext -max-msg-sz "$RAISED_CAP" -d '{"pageSize":25}' "$target" "$SERVICE/ListRoutes"
-keep_rc raised
 got=$(field raised '"\(.routes | length) routes \(.routes[0].id)..\(.routes[-1].id)"')
 check "5b pageSize 25 with -max-msg-sz $RAISED_CAP" "${got:-exit $rc}" "25 routes rte_001..rte_025" \
   "$([[ $got == "25 routes rte_001..rte_025" ]] && echo true)" raised
@@ -326,14 +317,12 @@ note "full catalog at 4 MiB" "${capped_msg#Message: }"
 # ─── 6. Shrink instead of raising ────────────────────────────────────────────
 capture masked grpcurl_ -plaintext \
   -d '{"pageSize":25,"fieldMask":{"paths":["routes.id","routes.price"]}}' "$target" "$SERVICE/ListRoutes"
-keep_rc masked
 got=$(field masked '"\(.routes | length) routes, \([.routes[] | select(.legs)] | length) with legs"')
 check "6 pageSize 25 + mask id,price at 4 MiB" "${got:-exit $rc}" "25 routes, 0 with legs" \
   "$([[ $got == "25 routes, 0 with legs" ]] && echo true)" masked
 
 # ─── 7. gzip ─────────────────────────────────────────────────────────────────
 capture gzip client_ gzip-client
-keep_rc gzip
 got=$(field gzip '"\(.result), \(.routes) routes"')
 check "7a gzip-client answers match" "${got:-exit $rc}" "MATCH, 25 routes" \
   "$(field gzip '.result == "MATCH" and .routes == 25')" gzip
@@ -347,7 +336,6 @@ note "gzip wire bytes (25 routes)" "$zipped ($percent%)"
 
 # ─── 8. Keepalive ────────────────────────────────────────────────────────────
 capture keepalive client_ keepalive-client --idle-secs "$IDLE_SECS"
-keep_rc keepalive
 got=$(field keepalive '"\(.result) on \(.connections) connection, \(.idle_bytes_sent) B sent idle"')
 check "8 keepalive-client across ${IDLE_SECS}s idle" "${got:-exit $rc}" "SURVIVED, 1 connection, >0 B" \
   "$(field keepalive '.result == "SURVIVED" and .connections == 1 and .idle_bytes_sent > 0')" keepalive
@@ -359,7 +347,6 @@ for try in $(seq "$TIMING_ATTEMPTS"); do
     --proto "$proto_dir/shipping/routing/v1/routing_service.proto" --import-paths "$proto_dir" \
     --call "$SERVICE.GetQuote" -d "$QUOTE_JSON" \
     -c "$GHZ_CONCURRENCY" -n "$GHZ_TOTAL" --timeout 10s -O json "$target"
-  keep_rc ghz
   # ghz exits 0 even when every call failed: read the status distribution.
   ok_count=$(field ghz '.statusCodeDistribution.OK // 0')
   codes=$(field ghz '.statusCodeDistribution | to_entries | map("\(.key)=\(.value)") | join(",")')
