@@ -35,7 +35,13 @@ impl Baseline {
     /// The baseline endpoint: the target with a connect timeout and a deadline
     /// on every call. Lessons add their own settings to it.
     pub fn endpoint(&self) -> Result<Endpoint, Error> {
-        Ok(Endpoint::from_shared(self.target.uri())?
+        self.endpoint_at(self.target.uri())
+    }
+
+    /// The same settings for another address, such as a relay in front of
+    /// the target.
+    pub fn endpoint_at(&self, uri: String) -> Result<Endpoint, Error> {
+        Ok(Endpoint::from_shared(uri)?
             .connect_timeout(Duration::from_secs(self.connect_timeout_secs))
             .timeout(Duration::from_secs(self.call_timeout_secs)))
     }

@@ -3,12 +3,12 @@
 //! Each binary is this baseline plus one lesson, so `diff` between two of
 //! them shows the lesson and nothing else:
 //!
-//! | binary             | lesson                                        |
-//! |--------------------|-----------------------------------------------|
-//! | `footgun-client`   | a new channel per call (what not to do)       |
-//! | `pooled-client`    | one channel reused for every call             |
-//! | `gzip-client`      | gzip on a 5 MB response, with a 16 MiB cap    |
-//! | `keepalive-client` | HTTP/2 keepalive PINGs across an idle gap     |
+//! | binary             | lesson                                                    |
+//! |--------------------|-----------------------------------------------------------|
+//! | `footgun-client`   | a new channel per call (what not to do)                   |
+//! | `pooled-client`    | one channel reused for every call                         |
+//! | `gzip-client`      | gzip on a 5 MB response, with a 16 MiB cap                |
+//! | `keepalive-client` | HTTP/2 keepalive: idle gaps, a dead peer, the ping floor  |
 //!
 //! # Layout
 //! - [`target`]: parsing `host:port` or `http://host:port`.
@@ -16,16 +16,22 @@
 //!   the sample quote request.
 //! - [`wire`]: a connector that counts connections and bytes on the wire, so
 //!   every number a client prints was measured.
+//! - [`frames`]: the HTTP/2 frame-header tracker behind the connector's PING
+//!   counts and the GOAWAY it records (tonic reports neither).
+//! - [`relay`]: a loopback TCP relay that can go silent, to play a dead peer.
 //! - [`output`]: one JSON line on stdout, diagnostics on stderr.
 
 pub mod baseline;
+pub mod frames;
 pub mod output;
+pub mod relay;
 pub mod target;
 pub mod wire;
 
 pub use baseline::{Baseline, rpc_error, sample_quote_request};
 pub use output::{finish, init_tracing, seconds};
-pub use wire::{CountingConnector, WireSnapshot};
+pub use relay::SilentRelay;
+pub use wire::{CountingConnector, GoAwayReceived, WireSnapshot};
 
 /// Any failure a client reports before exiting non-zero.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;

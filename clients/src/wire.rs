@@ -8,6 +8,10 @@
 //!
 //! The counts include everything on the connection: the HTTP/2 preface,
 //! SETTINGS, HEADERS, DATA and PING frames.
+//!
+//! Both directions also pass through a [`FrameTracker`], which counts PING
+//! frames and keeps the first GOAWAY a server sends, with its error code and
+//! debug data: tonic reports neither.
 
 use std::{
     future::Future,
@@ -25,14 +29,43 @@ use hyper_util::rt::TokioIo;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::TcpStream,
+    sync::watch,
 };
 
+use crate::frames::{Frame, FrameTracker, GoAway};
+
 /// Counters shared by every connection a [`CountingConnector`] opens.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Counters {
     connections: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
+    pings_sent: AtomicU64,
+    pings_received: AtomicU64,
+    /// The first GOAWAY any connection received; waiters subscribe to it.
+    goaway: watch::Sender<Option<GoAwayReceived>>,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            connections: AtomicU64::default(),
+            bytes_read: AtomicU64::default(),
+            bytes_written: AtomicU64::default(),
+            pings_sent: AtomicU64::default(),
+            pings_received: AtomicU64::default(),
+            goaway: watch::Sender::new(None),
+        }
+    }
+}
+
+/// A GOAWAY from the server, and how many PINGs its connection had sent by then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoAwayReceived {
+    /// The frame: error code and debug data.
+    pub frame: GoAway,
+    /// PINGs (not acks) this connection had written when the GOAWAY arrived.
+    pub pings_sent_before: u64,
 }
 
 /// The counters at one moment.
@@ -44,6 +77,10 @@ pub struct WireSnapshot {
     pub bytes_read: u64,
     /// Bytes sent to the server.
     pub bytes_written: u64,
+    /// PING frames sent to the server, not counting acks of its PINGs.
+    pub pings_sent: u64,
+    /// PING frames received from the server, not counting acks of ours.
+    pub pings_received: u64,
 }
 
 impl WireSnapshot {
@@ -53,6 +90,8 @@ impl WireSnapshot {
             connections: self.connections - earlier.connections,
             bytes_read: self.bytes_read - earlier.bytes_read,
             bytes_written: self.bytes_written - earlier.bytes_written,
+            pings_sent: self.pings_sent - earlier.pings_sent,
+            pings_received: self.pings_received - earlier.pings_received,
         }
     }
 }
@@ -78,7 +117,24 @@ impl CountingConnector {
             connections: self.counters.connections.load(Ordering::Relaxed),
             bytes_read: self.counters.bytes_read.load(Ordering::Relaxed),
             bytes_written: self.counters.bytes_written.load(Ordering::Relaxed),
+            pings_sent: self.counters.pings_sent.load(Ordering::Relaxed),
+            pings_received: self.counters.pings_received.load(Ordering::Relaxed),
         }
+    }
+
+    /// The first GOAWAY a connection of this connector received, if any yet.
+    pub fn goaway(&self) -> Option<GoAwayReceived> {
+        self.counters.goaway.borrow().clone()
+    }
+
+    /// Waits for the first GOAWAY. Bound the wait: a server may never send one.
+    pub async fn goaway_received(&self) -> GoAwayReceived {
+        let mut first = self.counters.goaway.subscribe();
+        // The sender lives as long as `self`, so the wait cannot fail.
+        let seen = first.wait_for(Option::is_some).await;
+        seen.ok()
+            .and_then(|goaway| goaway.clone())
+            .expect("the GOAWAY sender outlives this borrow")
     }
 }
 
@@ -111,16 +167,24 @@ impl tower::Service<Uri> for CountingConnector {
             Ok(TokioIo::new(CountingStream {
                 inner: stream,
                 counters,
+                inbound: FrameTracker::server_to_client(),
+                outbound: FrameTracker::client_to_server(),
+                pings_sent: 0,
             }))
         })
     }
 }
 
-/// A TCP stream that adds every byte it moves to the shared counters.
+/// A TCP stream that adds every byte it moves to the shared counters, and
+/// follows the frames in both directions.
 #[derive(Debug)]
 pub struct CountingStream {
     inner: TcpStream,
     counters: Arc<Counters>,
+    inbound: FrameTracker,
+    outbound: FrameTracker,
+    /// PINGs this connection has written, for the GOAWAY record.
+    pings_sent: u64,
 }
 
 impl AsyncRead for CountingStream {
@@ -131,8 +195,28 @@ impl AsyncRead for CountingStream {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        let read = (buf.filled().len() - before) as u64;
-        self.counters.bytes_read.fetch_add(read, Ordering::Relaxed);
+        let read = &buf.filled()[before..];
+        self.counters
+            .bytes_read
+            .fetch_add(read.len() as u64, Ordering::Relaxed);
+        let this = &mut *self;
+        this.inbound.observe(read, |frame| match frame {
+            Frame::Ping { ack: false } => {
+                this.counters.pings_received.fetch_add(1, Ordering::Relaxed);
+            }
+            Frame::Ping { ack: true } => {}
+            Frame::GoAway(frame) => {
+                tracing::debug!(?frame, "GOAWAY received");
+                let received = GoAwayReceived {
+                    frame,
+                    pings_sent_before: this.pings_sent,
+                };
+                // Keep the first: a later one (e.g. at close) must not hide it.
+                this.counters
+                    .goaway
+                    .send_if_modified(|first| first.is_none() && first.replace(received).is_none());
+            }
+        });
         polled
     }
 }
@@ -144,7 +228,9 @@ impl AsyncWrite for CountingStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.count_written(&polled);
+        if let Poll::Ready(Ok(n)) = polled {
+            self.written(&[io::IoSlice::new(buf)], n);
+        }
         polled
     }
 
@@ -154,7 +240,9 @@ impl AsyncWrite for CountingStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.count_written(&polled);
+        if let Poll::Ready(Ok(n)) = polled {
+            self.written(bufs, n);
+        }
         polled
     }
 
@@ -172,11 +260,25 @@ impl AsyncWrite for CountingStream {
 }
 
 impl CountingStream {
-    fn count_written(&self, polled: &Poll<io::Result<usize>>) {
-        if let Poll::Ready(Ok(n)) = polled {
-            self.counters
-                .bytes_written
-                .fetch_add(*n as u64, Ordering::Relaxed);
+    /// Counts the first `n` bytes of `bufs`: what the socket accepted.
+    fn written(&mut self, bufs: &[io::IoSlice<'_>], n: usize) {
+        self.counters
+            .bytes_written
+            .fetch_add(n as u64, Ordering::Relaxed);
+        let mut left = n;
+        for buf in bufs {
+            if left == 0 {
+                break;
+            }
+            let taken = left.min(buf.len());
+            left -= taken;
+            let (counters, pings_sent) = (&self.counters, &mut self.pings_sent);
+            self.outbound.observe(&buf[..taken], |frame| {
+                if frame == (Frame::Ping { ack: false }) {
+                    *pings_sent += 1;
+                    counters.pings_sent.fetch_add(1, Ordering::Relaxed);
+                }
+            });
         }
     }
 }
@@ -225,9 +327,71 @@ mod tests {
             WireSnapshot {
                 connections: 2,
                 bytes_read: 10,
-                bytes_written: 10
+                bytes_written: 10,
+                pings_sent: 0,
+                pings_received: 0,
             }
         );
         assert_eq!(seen.since(seen), WireSnapshot::default());
+        assert_eq!(connector.goaway(), None);
+    }
+
+    /// Given a server that answers the preface with a PING, a PING ack and a
+    /// GOAWAY too_many_pings, written a few bytes at a time, when a client
+    /// sends its preface and two PINGs, then the connector counts two PINGs
+    /// sent, one received, and reports the GOAWAY with the two PINGs before it.
+    #[tokio::test]
+    async fn sees_pings_and_the_goaway_through_split_reads() {
+        use crate::frames::{CLIENT_PREFACE, ENHANCE_YOUR_CALM};
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let ping = |flags: u8| [&[0, 0, 8, 6, flags, 0, 0, 0, 0][..], &[0; 8]].concat();
+        let client_bytes = [CLIENT_PREFACE.as_slice(), &ping(0), &ping(0)].concat();
+        let expected_len = client_bytes.len();
+        let mut goaway = vec![0, 0, 22, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xb];
+        goaway.extend_from_slice(b"too_many_pings");
+        let server_bytes = [ping(0), ping(1), goaway].concat();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            // Wait for the client's PINGs, so the GOAWAY comes after them.
+            let mut received = vec![0; expected_len];
+            socket
+                .read_exact(&mut received)
+                .await
+                .expect("client bytes");
+            for piece in server_bytes.chunks(4) {
+                socket.write_all(piece).await.expect("write");
+                socket.flush().await.expect("flush");
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        });
+
+        let connector = CountingConnector::new();
+        let uri: Uri = format!("http://{addr}").parse().expect("uri");
+        let mut io = connector
+            .clone()
+            .oneshot(uri)
+            .await
+            .expect("connect")
+            .into_inner();
+        io.write_all(&client_bytes).await.expect("write");
+        // The tracker sees what is read, as hyper would read it; the server
+        // closes after its last byte.
+        let mut from_server = Vec::new();
+        io.read_to_end(&mut from_server).await.expect("read");
+        let goaway = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            connector.goaway_received(),
+        )
+        .await
+        .expect("the GOAWAY was recorded");
+
+        assert_eq!(goaway.frame.error_code, ENHANCE_YOUR_CALM);
+        assert!(goaway.frame.is_too_many_pings(), "{goaway:?}");
+        assert_eq!(goaway.pings_sent_before, 2);
+        let seen = connector.snapshot();
+        assert_eq!((seen.pings_sent, seen.pings_received), (2, 1));
+        assert_eq!(connector.goaway(), Some(goaway));
     }
 }

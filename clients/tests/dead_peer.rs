@@ -9,9 +9,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use routing_clients::{CountingConnector, sample_quote_request};
+use routing_clients::{CountingConnector, SilentRelay, sample_quote_request};
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
-use support::proxy::Proxy;
 use tonic::transport::{Channel, Endpoint};
 
 /// Test-sized keepalive: PING after 1 s of silence, give up 1 s later.
@@ -19,6 +18,12 @@ const PING_AFTER: Duration = Duration::from_secs(1);
 const ACK_WITHIN: Duration = Duration::from_secs(1);
 /// Far more than PING_AFTER + ACK_WITHIN: only a hang takes this long.
 const HANG_BOUND: Duration = Duration::from_secs(20);
+
+async fn start_relay(server: &routing_server::LocalServer) -> SilentRelay {
+    SilentRelay::start(server.addr().to_string(), HANG_BOUND)
+        .await
+        .expect("relay starts")
+}
 
 async fn healthy_client(endpoint: Endpoint) -> RoutingServiceClient<Channel> {
     let channel = endpoint
@@ -29,17 +34,17 @@ async fn healthy_client(endpoint: Endpoint) -> RoutingServiceClient<Channel> {
     client
         .get_quote(sample_quote_request())
         .await
-        .expect("works while the proxy forwards");
+        .expect("works while the relay forwards");
     client
 }
 
-/// Given a keepalive channel through a proxy, when the proxy silently stops
+/// Given a keepalive channel through a relay, when the relay silently stops
 /// forwarding, then the next call fails within a bounded time.
 #[tokio::test]
 async fn keepalive_fails_a_call_to_a_silent_peer() {
     let server = support::start_server().await;
-    let proxy = Proxy::start(server.addr()).await;
-    let endpoint = Endpoint::from_shared(proxy.url())
+    let relay = start_relay(&server).await;
+    let endpoint = Endpoint::from_shared(relay.url())
         .expect("url")
         .http2_keep_alive_interval(PING_AFTER)
         .keep_alive_timeout(ACK_WITHIN)
@@ -47,7 +52,7 @@ async fn keepalive_fails_a_call_to_a_silent_peer() {
     let mut client = healthy_client(endpoint).await;
 
     // The peer vanishes: no FIN, no RST, just silence.
-    proxy.go_silent();
+    relay.go_silent();
     let started = Instant::now();
     let outcome = tokio::time::timeout(HANG_BOUND, client.get_quote(sample_quote_request())).await;
     let detected_after = started.elapsed();
@@ -67,16 +72,16 @@ async fn keepalive_fails_a_call_to_a_silent_peer() {
     );
 }
 
-/// The control: the same silent proxy without keepalive leaves the call
+/// The control: the same silent relay without keepalive leaves the call
 /// hanging long after the keepalive channel would have failed it.
 #[tokio::test]
 async fn without_keepalive_a_call_to_a_silent_peer_hangs() {
     let server = support::start_server().await;
-    let proxy = Proxy::start(server.addr()).await;
-    let endpoint = Endpoint::from_shared(proxy.url()).expect("url");
+    let relay = start_relay(&server).await;
+    let endpoint = Endpoint::from_shared(relay.url()).expect("url");
     let mut client = healthy_client(endpoint).await;
 
-    proxy.go_silent();
+    relay.go_silent();
     // Three times as long as the keepalive channel needs to notice.
     let waited = 3 * (PING_AFTER + ACK_WITHIN);
     let outcome = tokio::time::timeout(waited, client.get_quote(sample_quote_request())).await;

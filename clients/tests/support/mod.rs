@@ -1,9 +1,7 @@
 //! Helpers for the clients' integration tests: run a client binary against an
-//! in-process server, and a TCP proxy that can go silent.
+//! in-process server and read its one JSON line.
 
 #![allow(dead_code)] // Each test file uses a different subset.
-
-pub mod proxy;
 
 use std::{process::Output, time::Duration};
 
