@@ -13,6 +13,7 @@ FOOTGUN_FACTOR=${FOOTGUN_FACTOR:-1.5}     # footgun total_s > pooled total_s x t
 P99_CEILING_MS=${P99_CEILING_MS:-1500}    # ghz GetQuote p99 latency < this (ms)
 RPS_FLOOR=${RPS_FLOOR:-20}                # ghz GetQuote throughput > this (calls/s)
 GZIP_MAX_PERCENT=${GZIP_MAX_PERCENT:-5}   # gzip wire bytes ≤ this % of identity
+DEAD_PEER_MAX_S=${DEAD_PEER_MAX_S:-10}    # keepalive finds the dead peer within this (s); it needs 1 s + 1 s
 TIMING_ATTEMPTS=${TIMING_ATTEMPTS:-3}     # tries for timing checks (4, 9); each failure is printed
 
 # ─── Workload ────────────────────────────────────────────────────────────────
@@ -335,11 +336,25 @@ note "identity wire bytes (25 routes)" "$identity"
 note "gzip wire bytes (25 routes)" "$zipped ($percent%)"
 
 # ─── 8. Keepalive ────────────────────────────────────────────────────────────
+# One run, three phases at once, each on its own channel: an idle gap (8a); a
+# dead peer, played by a relay inside the client's own process, so it works in
+# a container too (8b); PINGs below the server's 5 s floor (8c).
 capture keepalive client_ keepalive-client --idle-secs "$IDLE_SECS"
-got=$(field keepalive '"\(.result) on \(.connections) connection, \(.idle_bytes_sent) B sent idle"')
-check "8 keepalive-client across ${IDLE_SECS}s idle" "${got:-exit $rc}" "SURVIVED, 1 connection, >0 B" \
-  "$(field keepalive '.result == "SURVIVED" and .connections == 1 and .idle_bytes_sent > 0')" keepalive
-note "idle bytes sent / received (${IDLE_SECS}s)" "$(field keepalive '"\(.idle_bytes_sent) / \(.idle_bytes_received)"')"
+got=$(field keepalive '"\(.result), \(.connections) conn, \(.idle_pings_sent) PING, \(.idle_bytes_sent) B sent"')
+check "8a keepalive survives ${IDLE_SECS}s idle" "${got:-exit $rc}" "SURVIVED, 1 conn, >0 PING, >0 B" \
+  "$(field keepalive '.result == "SURVIVED" and .connections == 1 and .idle_pings_sent > 0 and .idle_bytes_sent > 0')" keepalive
+detect_s=$(field keepalive '.dead_peer_detect_s // empty')
+got=$(field keepalive '"\(.dead_peer) \(.dead_peer_detect_s // "-")s, control \(.no_keepalive)"')
+check "8b keepalive catches a dead peer" "${got:-exit $rc}" "DETECTED <= ${DEAD_PEER_MAX_S}s, STILL_HANGING" \
+  "$(jqn --argjson d "${detect_s:-null}" --argjson k "$DEAD_PEER_MAX_S" --arg h "$(field keepalive .no_keepalive)" \
+    '$d != null and $d <= $k and $h == "STILL_HANGING"')" keepalive
+got=$(field keepalive '"\(.ping_floor) after \(.ping_floor_pings_sent) PINGs"')
+check "8c PINGs every 1 s get too_many_pings" "${got:-exit $rc}" "TOO_MANY_PINGS" \
+  "$(field keepalive '.ping_floor == "TOO_MANY_PINGS"')" keepalive
+note "idle PINGs, bytes sent / received (${IDLE_SECS}s)" \
+  "$(field keepalive '"\(.idle_pings_sent), \(.idle_bytes_sent) B / \(.idle_pings_received), \(.idle_bytes_received) B"')"
+note "dead peer detected / control abandoned" "$(field keepalive '"\(.dead_peer_detect_s) s / \(.no_keepalive_waited_s) s"')"
+note "ping floor: PINGs sent before GOAWAY" "$(field keepalive '"\(.ping_floor_pings_sent) in \(.ping_floor_waited_s) s"')"
 
 # ─── 9. Load: ghz on GetQuote ────────────────────────────────────────────────
 for try in $(seq "$TIMING_ATTEMPTS"); do
