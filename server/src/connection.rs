@@ -149,7 +149,7 @@ async fn accept_loop(
             Err(e) => {
                 // EMFILE, ENFILE, ENOBUFS, ENOMEM...: retrying at once would
                 // spin a core, so wait 5 ms, doubling up to 1 s.
-                let delay = backoff.map_or(ACCEPT_BACKOFF_MIN, |d| (d * 2).min(ACCEPT_BACKOFF_MAX));
+                let delay = next_backoff(backoff);
                 backoff = Some(delay);
                 tracing::warn!(?delay, "accept failed, backing off: {e}");
                 tokio::select! {
@@ -159,6 +159,11 @@ async fn accept_loop(
             }
         }
     }
+}
+
+/// 5 ms after the first failure, then twice the previous wait, at most 1 s.
+fn next_backoff(previous: Option<Duration>) -> Duration {
+    previous.map_or(ACCEPT_BACKOFF_MIN, |d| (d * 2).min(ACCEPT_BACKOFF_MAX))
 }
 
 fn is_per_connection(e: &io::Error) -> bool {
@@ -604,6 +609,18 @@ mod tests {
         for i in 0..5 {
             assert_eq!(busy.on_ping(at(t0, i * 60_000), true), PingVerdict::Fine);
         }
+    }
+
+    #[test]
+    fn accept_backoff_doubles_from_5_ms_to_1_s() {
+        let mut waits = Vec::new();
+        let mut previous = None;
+        for _ in 0..10 {
+            let next = next_backoff(previous);
+            waits.push(next.as_millis());
+            previous = Some(next);
+        }
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
     }
 
     #[test]
