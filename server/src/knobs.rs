@@ -27,15 +27,109 @@ pub const MAX_RECV_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 
 /// HTTP/2 keepalive: the server sends a PING on a connection after it has
 /// been idle this long (5 s), to find dead peers and keep NAT/LB state warm.
-///
-/// Unlike grpc-go and grpc-java, tonic (hyper/h2) has no "permit keepalive
-/// time": it does not police how often *clients* ping. Nothing here stops a
-/// client pinging every second, and nothing sends `too_many_pings`.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How long the server waits for the PING ack before it closes the
 /// connection as dead: 20 s (grpc-go's default keepalive timeout).
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The floor on how often a *client* may PING this server: 5 s, as in the
+/// chapter (grpc-java `permitKeepAliveTime`, grpc-core
+/// `grpc.http2.min_ping_interval_without_data_ms`).
+///
+/// tonic, hyper and h2 enforce no floor at all, so [`crate::connection`]
+/// does: a PING sooner than this after the previous one is a strike, and the
+/// third strike gets GOAWAY `ENHANCE_YOUR_CALM` with debug data
+/// `too_many_pings`, after which the connection is closed. gRPC clients
+/// (gRFC A8) then double their keepalive interval. Strikes reset whenever the
+/// server sends HEADERS or DATA, so pings that ride along with real traffic
+/// (grpc-go and grpc-core BDP pings) are never punished.
+pub const MIN_PING_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Whether a client may PING while it has no call in flight: yes, as in the
+/// chapter (grpc-java `permitKeepAliveWithoutCalls`,
+/// `grpc.keepalive_permit_without_calls`). When false, every such PING is a
+/// strike, and a client that keeps an idle connection warm is sent away.
+pub const PERMIT_PINGS_WITHOUT_CALLS: bool = true;
+
+/// PINGs the floor forgives: the third strike gets the GOAWAY. grpc-go and
+/// grpc-core allow two (`maxPingStrikes`). Fixed on purpose: it is part of
+/// the behaviour clients are written against, not a tuning knob.
+pub const MAX_PING_STRIKES: u32 = 2;
+
+/// Streams a client may have open at once on one connection: 100.
+///
+/// tonic advertises no `SETTINGS_MAX_CONCURRENT_STREAMS`, so without this a
+/// single connection may open unlimited calls (hyper's own default is 200;
+/// grpc-go's is unlimited, Envoy's 100). A client that opens more gets the
+/// extra streams refused (`RST_STREAM REFUSED_STREAM`), which gRPC clients
+/// retry or queue; well-behaved clients never exceed the advertised value.
+pub const MAX_CONCURRENT_STREAMS: u32 = 100;
+
+/// Streams the server may reset because of a client's protocol errors before
+/// it sends GOAWAY `ENHANCE_YOUR_CALM` and closes the connection: 1024, h2's
+/// own default.
+///
+/// tonic 0.14.3 and later pass `None` to hyper unless this is set, which
+/// *switches off* h2's guard, although tonic's docs say it keeps hyper's
+/// default. Without it, "MadeYouReset" (CVE-2025-8671) works: a client makes
+/// the server reset streams itself (for example with a WINDOW_UPDATE that
+/// overflows a stream's window) while the server still does each call's work.
+pub const MAX_LOCAL_ERROR_RESETS: usize = 1024;
+
+/// Bytes of all responses being sent at once, server-wide: 128 MiB.
+///
+/// A response stays in memory until the client has read it, and a client can
+/// stop reading. Each ListRoutes call reserves its page's size before it is
+/// built; a call that would go over the budget fails at once with
+/// `RESOURCE_EXHAUSTED` ("response budget ... retry, or ask for a smaller
+/// page"), it is never queued. 128 MiB is about 25 full 5 MB pages in flight.
+/// GetQuote and health answers are small and never reserve, so they are never
+/// starved by it.
+pub const RESPONSE_BUDGET_BYTES: usize = 128 * 1024 * 1024;
+
+/// A budgeted response must be fully handed to the kernel within 30 s.
+///
+/// This ends stalled readers: a client whose flow-control window stays shut
+/// holds its response's memory, so when the deadline passes the server
+/// closes that client's connection, which frees every response on it. A
+/// 5 MB page takes 20 s even at 2 Mbit/s; gzip makes it about 7 kB.
+pub const SEND_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A request body must be complete within 10 s of its headers.
+///
+/// Every request in this API is one small message. A body that never
+/// finishes would hold its partly received bytes forever; instead the call
+/// fails with `DEADLINE_EXCEEDED` ("request body not complete within 10 s").
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Bytes of all partly received requests, server-wide: 64 MiB.
+///
+/// The receive cap bounds one message (4 MiB), but not how many arrive at
+/// once. Bytes are counted as they arrive and released when the request has
+/// been decoded; a request that would go over the budget fails with
+/// `RESOURCE_EXHAUSTED`. 64 MiB is 16 requests at the 4 MiB cap; real
+/// requests here are under 30 kB.
+pub const REQUEST_BUDGET_BYTES: usize = 64 * 1024 * 1024;
+
+/// File descriptors kept free when the connection cap is derived from the
+/// open-file limit: 64, for the listener, logs, the runtime and anything a
+/// future handler opens. At start-up the soft limit is raised to the hard
+/// limit, and the cap is that limit minus this headroom.
+pub const FD_HEADROOM: u64 = 64;
+
+/// A new connection must send the HTTP/2 preface and its SETTINGS within
+/// 10 s, or it is closed. Without this, a connection that sends nothing (or
+/// half a preface) holds a file descriptor forever. 10 s is generous for any
+/// real client, TLS-terminating proxies included.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accept errors such as `EMFILE` (out of file descriptors) back off before
+/// the next accept: 5 ms at first, doubling up to 1 s, as grpc-go and Go's
+/// net/http do. tonic retries at once, which spins a core at 100 %.
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+/// The longest wait between two failing accepts.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Graceful shutdown: after SIGTERM or Ctrl+C the server stops accepting,
 /// lets calls in flight finish, and gives up waiting after 10 s.
@@ -65,34 +159,112 @@ pub struct Config {
 
     /// Seconds a connection may sit idle before the server sends a keepalive PING.
     #[arg(long, env = "ROUTING_KEEPALIVE_SECS", default_value_t = KEEPALIVE_INTERVAL.as_secs(),
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = at_least_one_second)]
     pub keepalive_secs: u64,
 
     /// Seconds to wait for a PING ack before closing the connection as dead.
     #[arg(long, env = "ROUTING_KEEPALIVE_TIMEOUT_SECS", default_value_t = KEEPALIVE_TIMEOUT.as_secs(),
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = at_least_one_second)]
     pub keepalive_timeout_secs: u64,
+
+    /// Least seconds between two client PINGs; quicker ones are strikes, and the
+    /// third strike gets GOAWAY too_many_pings (0 turns the floor off).
+    #[arg(long, env = "ROUTING_MIN_PING_INTERVAL_SECS", default_value_t = MIN_PING_INTERVAL.as_secs())]
+    pub min_ping_interval_secs: u64,
+
+    /// Whether clients may PING with no call in flight (true or false).
+    #[arg(long, env = "ROUTING_PERMIT_PINGS_WITHOUT_CALLS", default_value_t = PERMIT_PINGS_WITHOUT_CALLS,
+          action = clap::ArgAction::Set)]
+    pub permit_pings_without_calls: bool,
+
+    /// Streams a client may open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(long, env = "ROUTING_MAX_CONCURRENT_STREAMS", default_value_t = MAX_CONCURRENT_STREAMS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_streams: u32,
+
+    /// Streams reset for a client's protocol errors before GOAWAY ENHANCE_YOUR_CALM.
+    #[arg(long, env = "ROUTING_MAX_LOCAL_ERROR_RESETS", default_value_t = MAX_LOCAL_ERROR_RESETS)]
+    pub max_local_error_resets: usize,
+
+    /// Bytes of all responses in flight at once; ListRoutes over it gets RESOURCE_EXHAUSTED.
+    #[arg(long, env = "ROUTING_RESPONSE_BUDGET_BYTES", default_value_t = RESPONSE_BUDGET_BYTES)]
+    pub response_budget_bytes: usize,
+
+    /// Seconds a budgeted response may take to be sent before its connection is closed.
+    #[arg(long, env = "ROUTING_SEND_DEADLINE_SECS", default_value_t = SEND_DEADLINE.as_secs(),
+          value_parser = at_least_one_second)]
+    pub send_deadline_secs: u64,
+
+    /// Seconds a request body may take to arrive; slower ones get DEADLINE_EXCEEDED.
+    #[arg(long, env = "ROUTING_REQUEST_DEADLINE_SECS", default_value_t = REQUEST_DEADLINE.as_secs(),
+          value_parser = at_least_one_second)]
+    pub request_deadline_secs: u64,
+
+    /// Bytes of all partly received requests at once; over it gets RESOURCE_EXHAUSTED.
+    #[arg(long, env = "ROUTING_REQUEST_BUDGET_BYTES", default_value_t = REQUEST_BUDGET_BYTES)]
+    pub request_budget_bytes: usize,
+
+    /// Connections served at once; more are closed at once [default: the open-file
+    /// limit, raised to its hard limit at start-up, minus 64].
+    #[arg(long, env = "ROUTING_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: Option<u64>,
+
+    /// Seconds a new connection has to send the HTTP/2 preface and SETTINGS.
+    #[arg(long, env = "ROUTING_HANDSHAKE_TIMEOUT_SECS", default_value_t = HANDSHAKE_TIMEOUT.as_secs(),
+          value_parser = at_least_one_second)]
+    pub handshake_timeout_secs: u64,
 
     /// Seconds to let calls in flight finish after SIGTERM or Ctrl+C.
     #[arg(long, env = "ROUTING_DRAIN_SECS", default_value_t = DRAIN_TIMEOUT.as_secs())]
     pub drain_secs: u64,
 
-    /// Never compress responses and refuse gzip requests (compare with and without).
+    /// Never compress responses (gzip requests are still accepted): compare with and without.
     #[arg(long, env = "ROUTING_NO_GZIP")]
     pub no_gzip: bool,
 }
 
+/// Parses a number of seconds that must be at least 1, with a message that
+/// says so (clap's own range error prints the whole `u64` range).
+fn at_least_one_second(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1 second".into()),
+        Ok(secs) => Ok(secs),
+        Err(_) => Err(format!("{text:?} is not a whole number of seconds")),
+    }
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
 impl Config {
     pub fn keepalive_interval(&self) -> Duration {
-        Duration::from_secs(self.keepalive_secs)
+        secs(self.keepalive_secs)
     }
 
     pub fn keepalive_timeout(&self) -> Duration {
-        Duration::from_secs(self.keepalive_timeout_secs)
+        secs(self.keepalive_timeout_secs)
+    }
+
+    /// `None` when the floor is switched off (`--min-ping-interval-secs 0`).
+    pub fn min_ping_interval(&self) -> Option<Duration> {
+        (self.min_ping_interval_secs > 0).then(|| secs(self.min_ping_interval_secs))
+    }
+
+    pub fn send_deadline(&self) -> Duration {
+        secs(self.send_deadline_secs)
+    }
+
+    pub fn request_deadline(&self) -> Duration {
+        secs(self.request_deadline_secs)
+    }
+
+    pub fn handshake_timeout(&self) -> Duration {
+        secs(self.handshake_timeout_secs)
     }
 
     pub fn drain_timeout(&self) -> Duration {
-        Duration::from_secs(self.drain_secs)
+        secs(self.drain_secs)
     }
 }
 
@@ -107,8 +279,33 @@ impl Default for Config {
             max_recv_bytes: MAX_RECV_MESSAGE_BYTES,
             keepalive_secs: KEEPALIVE_INTERVAL.as_secs(),
             keepalive_timeout_secs: KEEPALIVE_TIMEOUT.as_secs(),
+            min_ping_interval_secs: MIN_PING_INTERVAL.as_secs(),
+            permit_pings_without_calls: PERMIT_PINGS_WITHOUT_CALLS,
+            max_concurrent_streams: MAX_CONCURRENT_STREAMS,
+            max_local_error_resets: MAX_LOCAL_ERROR_RESETS,
+            response_budget_bytes: RESPONSE_BUDGET_BYTES,
+            send_deadline_secs: SEND_DEADLINE.as_secs(),
+            request_deadline_secs: REQUEST_DEADLINE.as_secs(),
+            request_budget_bytes: REQUEST_BUDGET_BYTES,
+            max_connections: None,
+            handshake_timeout_secs: HANDSHAKE_TIMEOUT.as_secs(),
             drain_secs: DRAIN_TIMEOUT.as_secs(),
             no_gzip: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_seconds_is_refused_with_a_plain_message() {
+        assert_eq!(
+            at_least_one_second("0"),
+            Err("must be at least 1 second".into())
+        );
+        assert_eq!(at_least_one_second("7"), Ok(7));
+        assert!(at_least_one_second("-1").is_err_and(|e| e.contains("whole number")));
     }
 }

@@ -11,13 +11,24 @@
 //! - [`catalog`]: the padded catalog, pagination and field masks (pure).
 //! - [`service`]: the gRPC adapter that maps both onto `Status` codes.
 //! - [`compression`]: the tower layer that keeps GetQuote uncompressed.
-//! - [`server`]: [`run`] assembles routing, health and reflection and drains
-//!   on shutdown; [`LocalServer`] runs it on a free port for tests.
+//! - [`connection`]: per-connection policies: the connection cap, accept
+//!   back-off, handshake timeout and the keepalive ping floor.
+//! - [`frames`]: the HTTP/2 frame-header tracker those policies watch with.
+//! - [`edge`]: per-call guards: HTTP 415 for non-gRPC requests, request
+//!   deadline and budget, response budget and send deadline.
+//! - [`budget`]: the server-wide byte budgets behind them.
+//! - [`server`]: [`run`] assembles routing, health and reflection, applies
+//!   h2's own guards, and drains on shutdown; [`LocalServer`] runs it on a
+//!   free port for tests.
 //! - [`probe`]: the health probe behind `routing-server probe`.
 //! - [`shutdown`]: Ctrl+C and SIGTERM.
 
+pub mod budget;
 pub mod catalog;
 pub mod compression;
+pub mod connection;
+pub mod edge;
+pub mod frames;
 pub mod knobs;
 pub mod probe;
 pub mod quote;

@@ -1,17 +1,21 @@
 //! Assembling and running the gRPC server: the routing service with its caps
-//! and compression, health, reflection, keepalive and graceful shutdown.
+//! and compression, health, reflection, keepalive, the hardening guards and
+//! graceful shutdown.
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
 use routing_contracts::routing::routing_service_server::RoutingServiceServer;
 use tokio::{net::TcpListener, sync::Notify, sync::oneshot, task::JoinHandle};
 use tonic::codec::CompressionEncoding;
-use tonic::transport::{Server, server::TcpIncoming};
+use tonic::transport::Server;
 use tonic_health::ServingStatus;
 
 use crate::{
+    budget::ByteBudget,
     catalog::Catalog,
     compression::IdentityResponsesLayer,
+    connection::{self, ConnectionPolicy},
+    edge::{EdgeConfig, EdgeLayer},
     knobs::{Config, UNCOMPRESSED_METHODS},
     service::RoutingApi,
 };
@@ -21,19 +25,20 @@ pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The routing service with the chapter's message caps and compression.
 pub fn routing_service(config: &Config) -> RoutingServiceServer<RoutingApi> {
-    let service = RoutingServiceServer::new(RoutingApi::new(Catalog::new()))
+    let response_budget = ByteBudget::new("response budget", config.response_budget_bytes);
+    let service = RoutingServiceServer::new(RoutingApi::new(Catalog::new(), response_budget))
         // Send cap: tonic's default is unlimited, so set it (see knobs).
         .max_encoding_message_size(config.max_send_bytes)
         // Receive cap: tonic's default is already 4 MiB; we state it anyway.
-        .max_decoding_message_size(config.max_recv_bytes);
+        .max_decoding_message_size(config.max_recv_bytes)
+        // Decompress gzip requests, even with --no-gzip: refusing them would
+        // break gzip clients rather than show what compression saves.
+        .accept_compressed(CompressionEncoding::Gzip);
     if config.no_gzip {
         return service;
     }
-    service
-        // Decompress gzip requests.
-        .accept_compressed(CompressionEncoding::Gzip)
-        // Compress responses, but only for clients that accept gzip.
-        .send_compressed(CompressionEncoding::Gzip)
+    // Compress responses, but only for clients that accept gzip.
+    service.send_compressed(CompressionEncoding::Gzip)
 }
 
 /// Serves on `listener` until `shutdown` completes, then drains: health turns
@@ -60,9 +65,23 @@ pub async fn run(
     let reflection_v1alpha = descriptors().build_v1alpha()?;
 
     let local_addr = listener.local_addr()?;
-    // TCP_NODELAY: without it, small responses can wait ~40 ms for Nagle's
-    // algorithm and the peer's delayed ACK, which would swamp every latency.
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let max_connections = config
+        .max_connections
+        .unwrap_or_else(connection::default_max_connections);
+    let incoming = connection::incoming(
+        listener,
+        max_connections,
+        ConnectionPolicy {
+            handshake_timeout: config.handshake_timeout(),
+            min_ping_interval: config.min_ping_interval(),
+            permit_pings_without_calls: config.permit_pings_without_calls,
+        },
+    );
+    let edge = EdgeLayer::new(EdgeConfig {
+        request_budget: ByteBudget::new("request budget", config.request_budget_bytes),
+        request_deadline: config.request_deadline(),
+        send_deadline: config.send_deadline(),
+    });
 
     let drain_started = Arc::new(Notify::new());
     let signal = {
@@ -85,6 +104,13 @@ pub async fn run(
         .http2_keepalive_interval(Some(config.keepalive_interval()))
         // ...and close it if the PING is not acknowledged within this.
         .http2_keepalive_timeout(Some(config.keepalive_timeout()))
+        // tonic advertises no stream limit unless told: unlimited calls per
+        // connection. Advertise one (see knobs::MAX_CONCURRENT_STREAMS).
+        .max_concurrent_streams(config.max_concurrent_streams)
+        // tonic >= 0.14.3 passes None here unless set, which switches h2's
+        // MadeYouReset guard off. Set it (see knobs::MAX_LOCAL_ERROR_RESETS).
+        .http2_max_local_error_reset_streams(Some(config.max_local_error_resets))
+        .layer(edge)
         .layer(IdentityResponsesLayer::new(UNCOMPRESSED_METHODS))
         .add_service(health_service)
         .add_service(reflection_v1)
@@ -92,7 +118,7 @@ pub async fn run(
         .add_service(routing_service(&config))
         .serve_with_incoming_shutdown(incoming, signal);
 
-    tracing::info!(%local_addr, ?config, "serving shipping.routing.v1.RoutingService");
+    tracing::info!(%local_addr, ?config, max_connections, "serving shipping.routing.v1.RoutingService");
     let drain_bound = async {
         drain_started.notified().await;
         tokio::time::sleep(config.drain_timeout()).await;

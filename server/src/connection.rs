@@ -1,0 +1,634 @@
+//! Per-connection policies: what this server enforces on every TCP
+//! connection, before and around hyper, because tonic, hyper and h2 do not.
+//!
+//! - [`incoming`] is the accept loop. It caps connections served at once
+//!   (above the cap a new connection is closed at once) and backs off on
+//!   accept errors such as `EMFILE` instead of spinning.
+//! - [`Connection`] wraps each accepted stream and watches its frames in
+//!   both directions ([`crate::frames`]):
+//!   - **handshake timeout**: no preface and SETTINGS in time, closed;
+//!   - **ping floor** ([`PingPolicy`]): the third PING strike gets GOAWAY
+//!     `ENHANCE_YOUR_CALM` `too_many_pings`, written between two outgoing
+//!     frames, and the connection is closed once it is written;
+//!   - **close on request**: [`Closer::close`] ends a connection whose
+//!     response missed its send deadline ([`crate::edge`]).
+
+use std::{
+    collections::HashSet,
+    future::Future,
+    io,
+    net::SocketAddr,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll, ready},
+    time::{Duration, Instant},
+};
+
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::{TcpListener, TcpStream},
+    sync::{Notify, OwnedSemaphorePermit, Semaphore, futures::OwnedNotified, mpsc},
+    time::Sleep,
+};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::Connected;
+
+use crate::frames::{FrameHeader, FrameTracker, error_code, flag, goaway, kind};
+use crate::knobs::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, FD_HEADROOM, MAX_PING_STRIKES};
+
+/// A ping this much sooner than the floor is still on time: timers and
+/// networks jitter by milliseconds, and a client that pings exactly at the
+/// floor must never be punished for it.
+const PING_FLOOR_TOLERANCE: Duration = Duration::from_millis(100);
+/// The GOAWAY debug data gRPC clients look for (gRFC A8).
+const TOO_MANY_PINGS: &[u8] = b"too_many_pings";
+
+/// The rules every connection is held to.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionPolicy {
+    /// Preface and SETTINGS must arrive within this.
+    pub handshake_timeout: Duration,
+    /// Least time between two client PINGs (`None`: no floor).
+    pub min_ping_interval: Option<Duration>,
+    /// Whether PINGs are allowed while no call is in flight.
+    pub permit_pings_without_calls: bool,
+}
+
+/// Raises the soft open-file limit to the hard limit, logs both, and returns
+/// the connection cap that leaves [`FD_HEADROOM`] descriptors free.
+pub fn default_max_connections() -> u64 {
+    use rlimit::Resource;
+    let (soft, hard) = match Resource::NOFILE.get() {
+        Ok(limits) => limits,
+        Err(e) => {
+            tracing::warn!("cannot read the open-file limit ({e}); assuming 1024");
+            (1024, 1024)
+        }
+    };
+    let raised = if soft < hard {
+        match Resource::NOFILE.set(hard, hard) {
+            Ok(()) => hard,
+            Err(e) => {
+                tracing::warn!(soft, hard, "cannot raise the open-file limit: {e}");
+                soft
+            }
+        }
+    } else {
+        soft
+    };
+    let cap = raised.saturating_sub(FD_HEADROOM).max(1);
+    tracing::info!(
+        soft_before = soft,
+        hard,
+        soft_now = raised,
+        max_connections = cap,
+        "open-file limit"
+    );
+    cap
+}
+
+/// Accepts connections on `listener` in a task of its own and yields them
+/// wrapped, at most `max_connections` alive at once. The task ends when the
+/// stream is dropped, which closes the listening socket.
+pub fn incoming(
+    listener: TcpListener,
+    max_connections: u64,
+    policy: ConnectionPolicy,
+) -> ReceiverStream<io::Result<Connection>> {
+    let (tx, rx) = mpsc::channel(1);
+    let slots = usize::try_from(max_connections)
+        .unwrap_or(usize::MAX)
+        .min(Semaphore::MAX_PERMITS);
+    tokio::spawn(accept_loop(
+        listener,
+        Arc::new(Semaphore::new(slots)),
+        policy,
+        tx,
+    ));
+    ReceiverStream::new(rx)
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    slots: Arc<Semaphore>,
+    policy: ConnectionPolicy,
+    tx: mpsc::Sender<io::Result<Connection>>,
+) {
+    let mut backoff: Option<Duration> = None;
+    let mut at_cap = false;
+    loop {
+        let accepted = tokio::select! {
+            () = tx.closed() => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                backoff = None;
+                // Over the cap: close at once (dropping the stream). The
+                // client sees its connection end; the server does no work.
+                let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                    if !at_cap {
+                        tracing::warn!(%peer, "connection cap reached: closing new connections until one ends");
+                        at_cap = true;
+                    }
+                    continue;
+                };
+                at_cap = false;
+                // TCP_NODELAY: without it, small responses can wait ~40 ms for
+                // Nagle's algorithm and the peer's delayed ACK.
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::debug!(%peer, "cannot set TCP_NODELAY: {e}");
+                }
+                let connection = Connection::new(stream, peer, slot, policy);
+                if tx.send(Ok(connection)).await.is_err() {
+                    return;
+                }
+            }
+            // These concern one connection that died in the backlog: next.
+            Err(e) if is_per_connection(&e) => {}
+            Err(e) => {
+                // EMFILE, ENFILE, ENOBUFS, ENOMEM...: retrying at once would
+                // spin a core, so wait 5 ms, doubling up to 1 s.
+                let delay = next_backoff(backoff);
+                backoff = Some(delay);
+                tracing::warn!(?delay, "accept failed, backing off: {e}");
+                tokio::select! {
+                    () = tx.closed() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+/// 5 ms after the first failure, then twice the previous wait, at most 1 s.
+fn next_backoff(previous: Option<Duration>) -> Duration {
+    previous.map_or(ACCEPT_BACKOFF_MIN, |d| (d * 2).min(ACCEPT_BACKOFF_MAX))
+}
+
+fn is_per_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    )
+}
+
+/// The ping floor, as grpc-go's `handlePing` enforces it: a PING is a strike
+/// when it comes sooner than the floor after the previous one, or when no
+/// call is in flight and such pings are not permitted. Sending HEADERS or
+/// DATA forgives everything. The strike after [`MAX_PING_STRIKES`] is one too
+/// many.
+#[derive(Debug, Clone)]
+pub struct PingPolicy {
+    min_interval: Option<Duration>,
+    permit_without_calls: bool,
+    /// When the previous PING arrived; `None` right after data was sent.
+    last_ping: Option<Instant>,
+    /// Strikes since the server last sent HEADERS or DATA.
+    strikes: u32,
+}
+
+/// What to do about one PING.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PingVerdict {
+    Fine,
+    /// A strike, with the count so far.
+    Strike(u32),
+    /// One strike too many: GOAWAY `too_many_pings`.
+    TooMany,
+}
+
+impl PingPolicy {
+    pub fn new(min_interval: Option<Duration>, permit_without_calls: bool) -> Self {
+        Self {
+            min_interval,
+            permit_without_calls,
+            last_ping: None,
+            strikes: 0,
+        }
+    }
+
+    /// A PING (not an ack) arrived at `now`.
+    pub fn on_ping(&mut self, now: Instant, calls_in_flight: bool) -> PingVerdict {
+        let too_soon = match (self.min_interval, self.last_ping) {
+            (Some(floor), Some(last)) => {
+                now.saturating_duration_since(last) + PING_FLOOR_TOLERANCE < floor
+            }
+            _ => false,
+        };
+        let idle_not_permitted = !calls_in_flight && !self.permit_without_calls;
+        self.last_ping = Some(now);
+        if !too_soon && !idle_not_permitted {
+            return PingVerdict::Fine;
+        }
+        self.strikes += 1;
+        if self.strikes > MAX_PING_STRIKES {
+            PingVerdict::TooMany
+        } else {
+            PingVerdict::Strike(self.strikes)
+        }
+    }
+
+    /// The server sent HEADERS or DATA: pings that ride along with real
+    /// traffic (BDP probes) are never strikes.
+    pub fn on_headers_or_data_sent(&mut self) {
+        self.strikes = 0;
+        self.last_ping = None;
+    }
+}
+
+/// What a handler learns about its connection (tonic puts this in every
+/// request's extensions): the peer, and a way to close the connection.
+#[derive(Debug, Clone)]
+pub struct ConnectionInfo {
+    pub remote_addr: SocketAddr,
+    pub closer: Closer,
+}
+
+/// Closes one connection from outside its task, e.g. when a response on it
+/// missed its send deadline.
+#[derive(Debug, Clone)]
+pub struct Closer(Arc<Notify>);
+
+impl Closer {
+    /// The connection fails its next read or write, and hyper drops it with
+    /// every stream on it. It is woken if it is waiting.
+    pub fn close(&self) {
+        self.0.notify_one();
+    }
+}
+
+/// The GOAWAY this server may send on its own (h2 sends the others).
+#[derive(Debug)]
+enum Goaway {
+    None,
+    /// Waiting for a frame boundary, or partly written.
+    Pending {
+        frame: Vec<u8>,
+        written: usize,
+    },
+    /// Written and the socket shut down: nothing more goes either way.
+    Sent,
+}
+
+/// An accepted TCP connection with this server's policies applied. hyper
+/// reads and writes through it; it forwards every byte unchanged, watching
+/// the frame headers go by.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    info: ConnectionInfo,
+    /// Held while the connection lives: one slot of the connection cap.
+    _slot: OwnedSemaphorePermit,
+    inbound: FrameTracker,
+    outbound: FrameTracker,
+    /// Running until the client's SETTINGS has arrived.
+    handshake: Option<Pin<Box<Sleep>>>,
+    handshake_timeout: Duration,
+    pings: PingPolicy,
+    /// Streams the client opened that the server has not ended yet.
+    open_streams: HashSet<u32>,
+    /// Highest stream id the client opened, for GOAWAY's last-stream-id.
+    last_stream_id: u32,
+    goaway: Goaway,
+    close_requested: Pin<Box<OwnedNotified>>,
+}
+
+impl Connection {
+    fn new(
+        stream: TcpStream,
+        remote_addr: SocketAddr,
+        slot: OwnedSemaphorePermit,
+        policy: ConnectionPolicy,
+    ) -> Self {
+        let notify = Arc::new(Notify::new());
+        Self {
+            stream,
+            info: ConnectionInfo {
+                remote_addr,
+                closer: Closer(Arc::clone(&notify)),
+            },
+            _slot: slot,
+            inbound: FrameTracker::client_to_server(),
+            outbound: FrameTracker::server_to_client(),
+            handshake: Some(Box::pin(tokio::time::sleep(policy.handshake_timeout))),
+            handshake_timeout: policy.handshake_timeout,
+            pings: PingPolicy::new(policy.min_ping_interval, policy.permit_pings_without_calls),
+            open_streams: HashSet::new(),
+            last_stream_id: 0,
+            goaway: Goaway::None,
+            close_requested: Box::pin(notify.notified_owned()),
+        }
+    }
+
+    /// Checks the frames the client just sent.
+    fn watch_inbound(&mut self, bytes: &[u8]) {
+        let Self {
+            inbound,
+            pings,
+            open_streams,
+            last_stream_id,
+            goaway: pending,
+            info,
+            ..
+        } = self;
+        inbound.feed(bytes, |h: FrameHeader| match h.kind {
+            kind::HEADERS if h.stream_id > *last_stream_id => {
+                *last_stream_id = h.stream_id;
+                open_streams.insert(h.stream_id);
+            }
+            kind::RST_STREAM => {
+                open_streams.remove(&h.stream_id);
+            }
+            kind::PING if !h.has(flag::ACK) => {
+                match pings.on_ping(Instant::now(), !open_streams.is_empty()) {
+                    PingVerdict::Fine => {}
+                    PingVerdict::Strike(n) => {
+                        tracing::debug!(peer = %info.remote_addr, strikes = n, "ping strike");
+                    }
+                    PingVerdict::TooMany => {
+                        if matches!(pending, Goaway::None) {
+                            tracing::warn!(peer = %info.remote_addr, "too many pings: GOAWAY ENHANCE_YOUR_CALM too_many_pings");
+                            *pending = Goaway::Pending {
+                                frame: goaway(
+                                    *last_stream_id,
+                                    error_code::ENHANCE_YOUR_CALM,
+                                    TOO_MANY_PINGS,
+                                ),
+                                written: 0,
+                            };
+                        }
+                    }
+                }
+            }
+            _ => {}
+        });
+        if self.handshake.is_some() && self.inbound.frames_done() > 0 {
+            self.handshake = None;
+        }
+    }
+
+    /// Checks the frames hyper just wrote.
+    fn watch_outbound(&mut self, bytes: &[u8]) {
+        let Self {
+            outbound,
+            pings,
+            open_streams,
+            ..
+        } = self;
+        outbound.feed(bytes, |h: FrameHeader| match h.kind {
+            kind::HEADERS | kind::DATA => {
+                pings.on_headers_or_data_sent();
+                if h.has(flag::END_STREAM) {
+                    open_streams.remove(&h.stream_id);
+                }
+            }
+            kind::RST_STREAM => {
+                open_streams.remove(&h.stream_id);
+            }
+            _ => {}
+        });
+    }
+
+    /// Writes the pending GOAWAY (only ever called at a frame boundary),
+    /// then shuts the socket down.
+    fn poll_send_goaway(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Goaway::Pending { frame, written } = &mut self.goaway {
+            while *written < frame.len() {
+                let n = ready!(Pin::new(&mut self.stream).poll_write(cx, &frame[*written..]))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+                *written += n;
+            }
+            ready!(Pin::new(&mut self.stream).poll_flush(cx))?;
+            // FIN after the GOAWAY: the client reads it, then end of stream.
+            let _ = ready!(Pin::new(&mut self.stream).poll_shutdown(cx));
+            self.goaway = Goaway::Sent;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Fails with an error when [`Closer::close`] was called.
+    fn check_close_requested(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        match self.close_requested.as_mut().poll(cx) {
+            Poll::Ready(()) => Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "closed by the server: a response missed its send deadline",
+            )),
+            Poll::Pending => Ok(()),
+        }
+    }
+}
+
+impl Connected for Connection {
+    type ConnectInfo = ConnectionInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.info.clone()
+    }
+}
+
+impl AsyncRead for Connection {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check_close_requested(cx)?;
+        match this.goaway {
+            // After our GOAWAY: end of stream, so hyper winds down.
+            Goaway::Sent => return Poll::Ready(Ok(())),
+            Goaway::Pending { .. } if this.outbound.at_boundary() => {
+                ready!(this.poll_send_goaway(cx))?;
+                return Poll::Ready(Ok(()));
+            }
+            _ => {}
+        }
+        if let Some(timer) = &mut this.handshake
+            && timer.as_mut().poll(cx).is_ready()
+        {
+            tracing::debug!(peer = %this.info.remote_addr, "no HTTP/2 handshake in time: closing");
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "no HTTP/2 preface and SETTINGS within {:?}",
+                    this.handshake_timeout
+                ),
+            )));
+        }
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut this.stream).poll_read(cx, buf))?;
+        this.watch_inbound(&buf.filled()[before..]);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Connection {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check_close_requested(cx)?;
+        // While a GOAWAY waits, hyper may finish the frame it started, and
+        // not a byte more.
+        let allowed = match this.goaway {
+            Goaway::None => buf.len(),
+            Goaway::Pending { .. } if !this.outbound.at_boundary() => {
+                this.outbound.until_boundary(buf)
+            }
+            Goaway::Pending { .. } | Goaway::Sent => {
+                ready!(this.poll_send_goaway(cx))?;
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "connection closed after GOAWAY too_many_pings",
+                )));
+            }
+        };
+        let n = ready!(Pin::new(&mut this.stream).poll_write(cx, &buf[..allowed]))?;
+        this.watch_outbound(&buf[..n]);
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if !matches!(this.goaway, Goaway::None) {
+            // Rare: fall back to one slice at a time, which poll_write limits.
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &b[..]);
+            return Pin::new(this).poll_write(cx, first);
+        }
+        this.check_close_requested(cx)?;
+        let n = ready!(Pin::new(&mut this.stream).poll_write_vectored(cx, bufs))?;
+        let mut left = n;
+        for slice in bufs {
+            if left == 0 {
+                break;
+            }
+            let take = left.min(slice.len());
+            this.watch_outbound(&slice[..take]);
+            left -= take;
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if matches!(this.goaway, Goaway::Pending { .. }) && this.outbound.at_boundary() {
+            ready!(this.poll_send_goaway(cx))?;
+        }
+        if matches!(this.goaway, Goaway::Sent) {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if matches!(this.goaway, Goaway::Sent) {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FLOOR: Duration = Duration::from_secs(5);
+
+    fn at(start: Instant, millis: u64) -> Instant {
+        start + Duration::from_millis(millis)
+    }
+
+    /// Given the chapter's 5 s floor, a PING every second is fine once, then
+    /// two strikes, then one too many: the third strike.
+    #[test]
+    fn third_quick_ping_is_one_too_many() {
+        let t0 = Instant::now();
+        let mut policy = PingPolicy::new(Some(FLOOR), true);
+        assert_eq!(policy.on_ping(at(t0, 0), false), PingVerdict::Fine);
+        assert_eq!(policy.on_ping(at(t0, 1000), false), PingVerdict::Strike(1));
+        assert_eq!(policy.on_ping(at(t0, 2000), false), PingVerdict::Strike(2));
+        assert_eq!(policy.on_ping(at(t0, 3000), false), PingVerdict::TooMany);
+    }
+
+    /// Pings exactly at the floor, or a hair early, are never strikes.
+    #[test]
+    fn pings_at_the_floor_are_fine() {
+        let t0 = Instant::now();
+        let mut policy = PingPolicy::new(Some(FLOOR), true);
+        for i in 0..20 {
+            // 4.95 s, 9.95 s, ...: 50 ms early every time.
+            let when = at(t0, i * 5000).checked_sub(Duration::from_millis(50 * u64::from(i > 0)));
+            let when = when.expect("after t0");
+            assert_eq!(policy.on_ping(when, false), PingVerdict::Fine, "ping {i}");
+        }
+    }
+
+    /// Sending HEADERS or DATA resets the strikes and the clock, as grpc-go does.
+    #[test]
+    fn data_sent_forgives_strikes() {
+        let t0 = Instant::now();
+        let mut policy = PingPolicy::new(Some(FLOOR), true);
+        policy.on_ping(at(t0, 0), true);
+        assert_eq!(policy.on_ping(at(t0, 100), true), PingVerdict::Strike(1));
+        assert_eq!(policy.on_ping(at(t0, 200), true), PingVerdict::Strike(2));
+        policy.on_headers_or_data_sent();
+        assert_eq!(policy.on_ping(at(t0, 300), true), PingVerdict::Fine);
+        assert_eq!(policy.on_ping(at(t0, 400), true), PingVerdict::Strike(1));
+    }
+
+    /// With pings without calls not permitted, every idle PING is a strike,
+    /// however slow; with a call in flight the same pace is fine.
+    #[test]
+    fn idle_pings_strike_when_not_permitted() {
+        let t0 = Instant::now();
+        let mut idle = PingPolicy::new(Some(FLOOR), false);
+        assert_eq!(idle.on_ping(at(t0, 0), false), PingVerdict::Strike(1));
+        assert_eq!(idle.on_ping(at(t0, 60_000), false), PingVerdict::Strike(2));
+        assert_eq!(idle.on_ping(at(t0, 120_000), false), PingVerdict::TooMany);
+
+        let mut busy = PingPolicy::new(Some(FLOOR), false);
+        for i in 0..5 {
+            assert_eq!(busy.on_ping(at(t0, i * 60_000), true), PingVerdict::Fine);
+        }
+    }
+
+    #[test]
+    fn accept_backoff_doubles_from_5_ms_to_1_s() {
+        let mut waits = Vec::new();
+        let mut previous = None;
+        for _ in 0..10 {
+            let next = next_backoff(previous);
+            waits.push(next.as_millis());
+            previous = Some(next);
+        }
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+    }
+
+    #[test]
+    fn no_floor_means_no_strikes() {
+        let t0 = Instant::now();
+        let mut policy = PingPolicy::new(None, true);
+        for i in 0..1000 {
+            assert_eq!(policy.on_ping(at(t0, i), false), PingVerdict::Fine);
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! The gRPC edge: what every call passes through before tonic sees it and
+//! after tonic answers it.
+//!
+//! - A request whose `content-type` does not start with `application/grpc`
+//!   gets HTTP 415, as the gRPC-over-HTTP/2 spec says (grpc-go answers the
+//!   same way). tonic would serve it as if it were gRPC.
+//! - A request body must be complete within the request deadline, and the
+//!   bytes of partly received requests are charged to the request budget.
+//! - A response whose handler reserved memory from the response budget
+//!   (ListRoutes, see [`crate::service`]) keeps that reservation until its
+//!   last byte has left; if that takes longer than the send deadline, the
+//!   client is not reading, and its connection is closed.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll, ready},
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode, header::CONTENT_TYPE};
+use http_body::{Body as HttpBody, Frame};
+use tokio::{sync::oneshot, time::Sleep};
+use tonic::{Status, body::Body};
+use tower::{Layer, Service};
+
+use crate::{
+    budget::{ByteBudget, Reservation, mib},
+    connection::ConnectionInfo,
+};
+
+/// The edge's settings, shared by every call.
+#[derive(Debug)]
+pub struct EdgeConfig {
+    pub request_budget: Arc<ByteBudget>,
+    pub request_deadline: Duration,
+    pub send_deadline: Duration,
+}
+
+/// Response memory a handler has reserved. The handler puts it in the
+/// response's extensions; the edge holds it until the response is sent.
+#[derive(Debug, Clone)]
+pub struct HeldResponse(pub Arc<Reservation>);
+
+/// Wraps the whole server (see [`EdgeLayer`]).
+#[derive(Debug, Clone)]
+pub struct EdgeLayer {
+    config: Arc<EdgeConfig>,
+}
+
+impl EdgeLayer {
+    pub fn new(config: EdgeConfig) -> Self {
+        Self {
+            config: Arc::new(config),
+        }
+    }
+}
+
+impl<S> Layer<S> for EdgeLayer {
+    type Service = Edge<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Edge {
+            inner,
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+/// The service made by [`EdgeLayer`].
+#[derive(Debug, Clone)]
+pub struct Edge<S> {
+    inner: S,
+    config: Arc<EdgeConfig>,
+}
+
+type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl<S> Service<http::Request<Body>> for Edge<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let content_type = req.headers().get(CONTENT_TYPE);
+        if !content_type.is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc")) {
+            let response = unsupported_media_type(content_type);
+            return Box::pin(async move { Ok(response) });
+        }
+        let connection = req.extensions().get::<ConnectionInfo>().cloned();
+        let config = Arc::clone(&self.config);
+        let req = req.map(|body| Body::new(GuardedRequest::new(body, &config)));
+        let answer = self.inner.call(req);
+        Box::pin(async move {
+            let mut response = answer.await?;
+            if let Some(HeldResponse(reservation)) = response.extensions_mut().remove() {
+                let (sent, watched) = oneshot::channel();
+                let held = Arc::new(InFlight {
+                    _reservation: reservation,
+                    _sent: sent,
+                });
+                watch_send_deadline(watched, connection, config.send_deadline);
+                response = response.map(|body| Body::new(HeldBody { body, held }));
+            }
+            Ok(response)
+        })
+    }
+}
+
+/// HTTP 415 with the gRPC status grpc-go sends (INVALID_ARGUMENT), so a
+/// gRPC client that mislabels its requests still learns why.
+fn unsupported_media_type(content_type: Option<&HeaderValue>) -> http::Response<Body> {
+    let shown = match content_type.map(HeaderValue::to_str) {
+        None => "none".to_owned(),
+        // grpc-message is percent-encoded text; keep it to printable ASCII.
+        Some(Ok(ct)) if ct.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'%') => {
+            format!("{ct:?}")
+        }
+        Some(_) => "(not printable)".to_owned(),
+    };
+    let message = format!("invalid gRPC request content-type {shown}");
+    let mut response = http::Response::new(Body::empty());
+    *response.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert(
+        "grpc-status",
+        HeaderValue::from(tonic::Code::InvalidArgument as i32),
+    );
+    if let Ok(value) = HeaderValue::from_str(&message) {
+        headers.insert("grpc-message", value);
+    }
+    response
+}
+
+/// A request body held to the request deadline and the request budget.
+struct GuardedRequest {
+    body: Body,
+    budget: Arc<ByteBudget>,
+    /// Bytes of this request taken from the budget so far.
+    held: usize,
+    deadline: Instant,
+    deadline_len: Duration,
+    /// Armed only when the body first has to wait, so a request that
+    /// arrives whole (the usual case) never starts a timer.
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl GuardedRequest {
+    fn new(body: Body, config: &EdgeConfig) -> Self {
+        Self {
+            body,
+            budget: Arc::clone(&config.request_budget),
+            held: 0,
+            deadline: Instant::now() + config.request_deadline,
+            deadline_len: config.request_deadline,
+            timer: None,
+        }
+    }
+
+    fn release(&mut self) {
+        self.budget.give_back(std::mem::take(&mut self.held));
+    }
+}
+
+impl Drop for GuardedRequest {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl HttpBody for GuardedRequest {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        let frame = match polled {
+            Poll::Pending => {
+                let deadline = this.deadline.into();
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                ready!(timer.as_mut().poll(cx));
+                this.release();
+                return Poll::Ready(Some(Err(Status::deadline_exceeded(format!(
+                    "request body not complete within {} s",
+                    this.deadline_len.as_secs()
+                )))));
+            }
+            Poll::Ready(None) => {
+                // The whole request is in: tonic has decoded it.
+                this.release();
+                return Poll::Ready(None);
+            }
+            Poll::Ready(Some(frame)) => frame,
+        };
+        if let Ok(data) = frame.as_ref().map(Frame::data_ref) {
+            let len = data.map_or(0, Bytes::len);
+            if !this.budget.try_take(len) {
+                this.release();
+                return Poll::Ready(Some(Err(Status::resource_exhausted(format!(
+                    "{} is full of partly received requests: retry later",
+                    this.budget.describe()
+                )))));
+            }
+            this.held += len;
+        }
+        Poll::Ready(Some(frame))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// What a budgeted response holds until its last byte has left the server:
+/// the reservation, and the sender whose drop tells the deadline watcher.
+#[derive(Debug)]
+struct InFlight {
+    _reservation: Arc<Reservation>,
+    _sent: oneshot::Sender<()>,
+}
+
+/// The bytes of a budgeted response, each chunk holding the [`InFlight`]
+/// share: h2 may keep a chunk queued after the body ends, and the memory is
+/// only free, and the budget only given back, when the last chunk is gone.
+struct HeldBody {
+    body: Body,
+    held: Arc<InFlight>,
+}
+
+struct HeldChunk {
+    bytes: Bytes,
+    _held: Arc<InFlight>,
+}
+
+impl AsRef<[u8]> for HeldChunk {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl HttpBody for HeldBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let this = self.get_mut();
+        let frame = ready!(Pin::new(&mut this.body).poll_frame(cx));
+        Poll::Ready(frame.map(|frame| {
+            frame.map(|frame| {
+                frame.map_data(|bytes| {
+                    Bytes::from_owner(HeldChunk {
+                        bytes,
+                        _held: Arc::clone(&this.held),
+                    })
+                })
+            })
+        }))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Closes the response's connection if its last byte has not left within
+/// `deadline`. `sent` resolves (with an error) when the response is dropped.
+fn watch_send_deadline(
+    sent: oneshot::Receiver<()>,
+    connection: Option<ConnectionInfo>,
+    deadline: Duration,
+) {
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = sent => {}
+            () = tokio::time::sleep(deadline) => {
+                if let Some(connection) = connection {
+                    tracing::warn!(
+                        peer = %connection.remote_addr,
+                        deadline_secs = deadline.as_secs(),
+                        "response not read within the send deadline: closing the connection"
+                    );
+                    connection.closer.close();
+                }
+            }
+        }
+    });
+}
+
+/// The status a handler returns when the response budget is full.
+pub fn response_budget_full(budget: &ByteBudget, bytes: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "{} is in use by responses being sent; this one needs {}: retry later, or ask for a smaller page (page_size, field_mask)",
+        budget.describe(),
+        mib(bytes)
+    ))
+}
