@@ -5,7 +5,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::{json_line, run_bin, start_server};
+use routing_server::Config;
+use support::{json_line, run_bin, start_server, start_server_with};
 
 const FOOTGUN: &str = env!("CARGO_BIN_EXE_footgun-client");
 const POOLED: &str = env!("CARGO_BIN_EXE_pooled-client");
@@ -144,10 +145,7 @@ async fn keepalive_catches_a_dead_peer_that_hangs_a_channel_without() {
 /// when a channel pings every 200 ms while idle, then the server answers with
 /// GOAWAY ENHANCE_YOUR_CALM "too_many_pings", read off the wire, and only
 /// after the strikes it allows (two) are used up.
-///
-/// Depends on the server's ping-floor enforcement (issue 7, server half).
 #[tokio::test]
-#[ignore = "needs the server's ping floor (issue 7, server half); run with --ignored once it has landed"]
 async fn pinging_below_the_floor_gets_too_many_pings() {
     let server = start_server().await;
     let target = server.addr().to_string();
@@ -172,16 +170,19 @@ async fn pinging_below_the_floor_gets_too_many_pings() {
     assert!(line.get("result").is_none(), "{line}");
 }
 
-/// Given the chapter's server, when a channel pings every 5 s while idle,
-/// at the floor and not below it, then 16 s (three PINGs) pass without a
-/// GOAWAY: a well-behaved client is never punished.
-///
-/// Depends on the server's ping-floor enforcement (issue 7, server half):
-/// without it there is nothing that could punish, and the test proves nothing.
+/// Given a server whose floor is scaled down from 5 s to 1 s, when a channel
+/// pings every second while idle, at the floor and not below it, then six
+/// seconds pass without a GOAWAY: a well-behaved client is never punished.
+/// At least four PINGs must have gone out for that to mean anything: the
+/// first starts the server's clock, and a pinger below the floor is sent
+/// away at the third strike, its fourth PING.
 #[tokio::test]
-#[ignore = "needs the server's ping floor (issue 7, server half); run with --ignored once it has landed"]
 async fn pinging_at_the_floor_is_never_punished() {
-    let server = start_server().await;
+    let server = start_server_with(Config {
+        min_ping_interval_secs: 1,
+        ..Config::default()
+    })
+    .await;
     let target = server.addr().to_string();
     let args = [
         "--target",
@@ -189,9 +190,9 @@ async fn pinging_at_the_floor_is_never_punished() {
         "--phases",
         "ping-floor",
         "--fast-ping-ms",
-        "5000",
+        "1000",
         "--ping-floor-wait-secs",
-        "16",
+        "6",
     ];
 
     let line = json_line(&run_bin(KEEPALIVE, &args, LIMIT).await);
@@ -200,7 +201,7 @@ async fn pinging_at_the_floor_is_never_punished() {
     assert!(
         line["ping_floor_pings_sent"]
             .as_u64()
-            .is_some_and(|n| n >= 3),
+            .is_some_and(|n| n >= 4),
         "{line}"
     );
 }

@@ -9,9 +9,12 @@ use routing_server::{Config, LocalServer};
 
 /// A server with the chapter's settings on `127.0.0.1:0`.
 pub async fn start_server() -> LocalServer {
-    LocalServer::start(Config::default())
-        .await
-        .expect("server starts")
+    start_server_with(Config::default()).await
+}
+
+/// A server with other settings, e.g. knobs scaled down for a test.
+pub async fn start_server_with(config: Config) -> LocalServer {
+    LocalServer::start(config).await.expect("server starts")
 }
 
 /// Runs a client binary of this package to completion, bounded by `limit`.
