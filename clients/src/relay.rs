@@ -164,23 +164,9 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+    use crate::wire::tests::echo_server;
 
     const LIMIT: Duration = Duration::from_secs(10);
-
-    /// An echo server on loopback that serves every connection.
-    async fn echo_server() -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let (mut r, mut w) = socket.split();
-                    let _ = tokio::io::copy(&mut r, &mut w).await;
-                });
-            }
-        });
-        addr
-    }
 
     /// Given a relay to an echo server, bytes go through both ways; once the
     /// relay is silent, nothing comes back, yet the connection stays open;

@@ -284,17 +284,17 @@ impl CountingStream {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use std::net::SocketAddr;
+
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
     use tower::ServiceExt;
 
     use super::*;
 
-    /// Given an echo server, when 5 bytes go out and come back on each of two
-    /// connections, then the counters say 2 connections, 10 bytes each way.
-    #[tokio::test]
-    async fn counts_connections_and_bytes_both_ways() {
+    /// An echo server on a free loopback port that serves every connection.
+    pub(crate) async fn echo_server() -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move {
@@ -305,16 +305,28 @@ mod tests {
                 });
             }
         });
+        addr
+    }
 
+    /// Opens one connection through `connector`, as tonic would.
+    async fn dial(connector: &CountingConnector, addr: SocketAddr) -> CountingStream {
+        let uri: Uri = format!("http://{addr}").parse().expect("uri");
+        connector
+            .clone()
+            .oneshot(uri)
+            .await
+            .expect("connect")
+            .into_inner()
+    }
+
+    /// Given an echo server, when 5 bytes go out and come back on each of two
+    /// connections, then the counters say 2 connections, 10 bytes each way.
+    #[tokio::test]
+    async fn counts_connections_and_bytes_both_ways() {
+        let addr = echo_server().await;
         let connector = CountingConnector::new();
         for _ in 0..2 {
-            let uri: Uri = format!("http://{addr}").parse().expect("uri");
-            let mut io = connector
-                .clone()
-                .oneshot(uri)
-                .await
-                .expect("connect")
-                .into_inner();
+            let mut io = dial(&connector, addr).await;
             io.write_all(b"hello").await.expect("write");
             let mut echoed = [0u8; 5];
             io.read_exact(&mut echoed).await.expect("read");
@@ -368,13 +380,7 @@ mod tests {
         });
 
         let connector = CountingConnector::new();
-        let uri: Uri = format!("http://{addr}").parse().expect("uri");
-        let mut io = connector
-            .clone()
-            .oneshot(uri)
-            .await
-            .expect("connect")
-            .into_inner();
+        let mut io = dial(&connector, addr).await;
         io.write_all(&client_bytes).await.expect("write");
         // The tracker sees what is read, as hyper would read it; the server
         // closes after its last byte.

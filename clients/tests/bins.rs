@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use routing_server::Config;
+use routing_server::{Config, LocalServer};
 use support::{json_line, run_bin, start_server, start_server_with};
 
 const FOOTGUN: &str = env!("CARGO_BIN_EXE_footgun-client");
@@ -141,13 +141,9 @@ async fn keepalive_catches_a_dead_peer_that_hangs_a_channel_without() {
     assert!(line.get("result").is_none(), "{line}");
 }
 
-/// Given the chapter's server (floor 5 s, PINGs without calls permitted),
-/// when a channel pings every 200 ms while idle, then the server answers with
-/// GOAWAY ENHANCE_YOUR_CALM "too_many_pings", read off the wire, and only
-/// after the strikes it allows (two) are used up.
-#[tokio::test]
-async fn pinging_below_the_floor_gets_too_many_pings() {
-    let server = start_server().await;
+/// Runs only the ping-floor phase against `server` and returns its outcome
+/// and the PINGs sent, after checking that no other phase reported.
+async fn ping_floor(server: &LocalServer, ping_ms: &str, wait_secs: &str) -> (String, u64) {
     let target = server.addr().to_string();
     let args = [
         "--target",
@@ -155,19 +151,30 @@ async fn pinging_below_the_floor_gets_too_many_pings() {
         "--phases",
         "ping-floor",
         "--fast-ping-ms",
-        "200",
+        ping_ms,
+        "--ping-floor-wait-secs",
+        wait_secs,
     ];
-
     let line = json_line(&run_bin(KEEPALIVE, &args, LIMIT).await);
-
-    assert_eq!(line["ping_floor"], "TOO_MANY_PINGS", "{line}");
-    assert!(
-        line["ping_floor_pings_sent"]
-            .as_u64()
-            .is_some_and(|n| n >= 3),
-        "{line}"
-    );
     assert!(line.get("result").is_none(), "{line}");
+    assert!(line.get("dead_peer").is_none(), "{line}");
+    let outcome = line["ping_floor"].as_str().expect("an outcome").to_string();
+    let pings = line["ping_floor_pings_sent"].as_u64().expect("a count");
+    (outcome, pings)
+}
+
+/// Given the chapter's server (floor 5 s, PINGs without calls permitted),
+/// when a channel pings every 200 ms while idle, then the server answers with
+/// GOAWAY ENHANCE_YOUR_CALM "too_many_pings", read off the wire, and only
+/// after the strikes it forgives (two) are used up.
+#[tokio::test]
+async fn pinging_below_the_floor_gets_too_many_pings() {
+    let server = start_server().await;
+
+    let (outcome, pings) = ping_floor(&server, "200", "10").await;
+
+    assert_eq!(outcome, "TOO_MANY_PINGS");
+    assert!(pings >= 3, "GOAWAY after only {pings} PINGs");
 }
 
 /// Given a server whose floor is scaled down from 5 s to 1 s, when a channel
@@ -183,27 +190,11 @@ async fn pinging_at_the_floor_is_never_punished() {
         ..Config::default()
     })
     .await;
-    let target = server.addr().to_string();
-    let args = [
-        "--target",
-        &target,
-        "--phases",
-        "ping-floor",
-        "--fast-ping-ms",
-        "1000",
-        "--ping-floor-wait-secs",
-        "6",
-    ];
 
-    let line = json_line(&run_bin(KEEPALIVE, &args, LIMIT).await);
+    let (outcome, pings) = ping_floor(&server, "1000", "6").await;
 
-    assert_eq!(line["ping_floor"], "NO_GOAWAY", "{line}");
-    assert!(
-        line["ping_floor_pings_sent"]
-            .as_u64()
-            .is_some_and(|n| n >= 4),
-        "{line}"
-    );
+    assert_eq!(outcome, "NO_GOAWAY");
+    assert!(pings >= 4, "only {pings} PINGs in 6 s");
 }
 
 /// A server that is not there: exit 1, nothing on stdout, the reason on stderr.
