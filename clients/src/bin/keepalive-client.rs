@@ -19,7 +19,7 @@
 //!
 //! ```console
 //! $ cargo run --release -p routing-clients --bin keepalive-client
-//! {"client":"keepalive","result":"SURVIVED","connections":1,"idle_s":8,"idle_bytes_sent":34,"idle_bytes_received":34,"idle_pings_sent":1,"idle_pings_received":1,"dead_peer":"DETECTED","dead_peer_detect_s":2.0,"no_keepalive":"STILL_HANGING","no_keepalive_waited_s":6.0,"ping_floor":"TOO_MANY_PINGS","ping_floor_pings_sent":3,"ping_floor_waited_s":3.0}
+//! {"client":"keepalive","result":"SURVIVED","connections":1,"idle_s":8,"idle_bytes_sent":34,"idle_bytes_received":34,"idle_pings_sent":1,"idle_pings_received":1,"dead_peer":"DETECTED","dead_peer_detect_s":2.001838,"no_keepalive":"STILL_HANGING","no_keepalive_waited_s":6.006421,"ping_floor":"TOO_MANY_PINGS","ping_floor_pings_sent":4,"ping_floor_waited_s":4.010772}
 //! ```
 //!
 //! SURVIVED means both answers are identical and both calls used the same,
