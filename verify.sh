@@ -344,16 +344,16 @@ got=$(field keepalive '"\(.result), \(.connections) conn, \(.idle_pings_sent) PI
 check "8a keepalive survives ${IDLE_SECS}s idle" "${got:-exit $rc}" "SURVIVED, 1 conn, >0 PING, >0 B" \
   "$(field keepalive '.result == "SURVIVED" and .connections == 1 and .idle_pings_sent > 0 and .idle_bytes_sent > 0')" keepalive
 detect_s=$(field keepalive '.dead_peer_detect_s // empty')
-got=$(field keepalive '"\(.dead_peer) \(.dead_peer_detect_s // "-")s, control \(.no_keepalive)"')
+got=$(field keepalive '"\(.dead_peer) \(.dead_peer_detect_s // "-" | if type == "number" then . * 100 | round / 100 else . end)s, control \(.no_keepalive)"')
 check "8b keepalive catches a dead peer" "${got:-exit $rc}" "DETECTED <= ${DEAD_PEER_MAX_S}s, STILL_HANGING" \
   "$(jqn --argjson d "${detect_s:-null}" --argjson k "$DEAD_PEER_MAX_S" --arg h "$(field keepalive .no_keepalive)" \
     '$d != null and $d <= $k and $h == "STILL_HANGING"')" keepalive
 got=$(field keepalive '"\(.ping_floor) after \(.ping_floor_pings_sent) PINGs"')
 check "8c PINGs every 1 s get too_many_pings" "${got:-exit $rc}" "TOO_MANY_PINGS" \
   "$(field keepalive '.ping_floor == "TOO_MANY_PINGS"')" keepalive
-note "idle PINGs, bytes sent / received (${IDLE_SECS}s)" \
+note "idle PINGs, bytes out / in (${IDLE_SECS}s)" \
   "$(field keepalive '"\(.idle_pings_sent), \(.idle_bytes_sent) B / \(.idle_pings_received), \(.idle_bytes_received) B"')"
-note "dead peer detected / control abandoned" "$(field keepalive '"\(.dead_peer_detect_s) s / \(.no_keepalive_waited_s) s"')"
+note "dead peer found / control abandoned" "$(field keepalive '"\(.dead_peer_detect_s) s / \(.no_keepalive_waited_s) s"')"
 note "ping floor: PINGs sent before GOAWAY" "$(field keepalive '"\(.ping_floor_pings_sent) in \(.ping_floor_waited_s) s"')"
 
 # ─── 9. Load: ghz on GetQuote ────────────────────────────────────────────────
