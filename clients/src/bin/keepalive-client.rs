@@ -82,8 +82,12 @@ struct Args {
     #[command(flatten)]
     baseline: Baseline,
     /// Phases to run, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',',
-          default_values_t = [Phase::Idle, Phase::DeadPeer, Phase::PingFloor])]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "idle,dead-peer,ping-floor"
+    )]
     phases: Vec<Phase>,
     /// Idle: seconds to stay idle between the two calls.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(0..=3600))]
@@ -94,7 +98,7 @@ struct Args {
     /// Idle: close the connection as dead if a PING is not acked within this many seconds.
     #[arg(long, default_value_t = KEEPALIVE_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     keepalive_timeout_secs: u64,
-    /// Dead peer: PING after this many seconds without an answer.
+    /// Dead peer: PING after this many seconds of silence while a call waits.
     #[arg(long, default_value_t = DEAD_PEER_PING_AFTER.as_secs(), value_parser = clap::value_parser!(u64).range(1..=600))]
     dead_peer_keepalive_secs: u64,
     /// Dead peer: fail the connection if a PING is not acked within this many seconds.
