@@ -44,6 +44,12 @@ impl ServerProcess {
         if process.sample().is_none() {
             return Self::Unknown(format!("cannot read /proc/{}", process.pid));
         }
+        tracing::info!(
+            %target,
+            pid = process.pid,
+            name = process.name().unwrap_or_default(),
+            "measuring the server process listening on the target"
+        );
         Self::Local(process)
     }
 

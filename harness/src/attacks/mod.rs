@@ -101,6 +101,12 @@ pub struct Knobs {
     /// madeyoureset: streams per connection (h2's own guard, when on, stops at 1024).
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub reset_streams: u32,
+    /// madeyoureset: requests awaiting their answer per connection (the server's stream limit, if any, caps it).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub reset_inflight: u32,
+    /// madeyoureset: send the WINDOW_UPDATE right behind the request, or after the response HEADERS.
+    #[arg(long, value_enum, default_value_t = madeyoureset::ResetAfter::Request)]
+    pub reset_after: madeyoureset::ResetAfter,
     /// madeyoureset: seconds at most.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=120))]
     pub reset_secs: u64,
@@ -334,6 +340,11 @@ pub type Tally = BTreeMap<String, usize>;
 /// What the reading side of a raw connection saw.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct FramesSeen {
+    /// Response HEADERS that opened a response (no END_STREAM).
+    pub response_headers: u64,
+    /// Response HEADERS that ended the stream at once (a trailers-only
+    /// response: an error status, or a refusal).
+    pub trailers_only: u64,
     pub rst_stream: Tally,
     pub ping_acks: u64,
     pub goaway: Option<GoawaySeen>,
@@ -350,13 +361,24 @@ pub struct GoawaySeen {
     pub after_s: f64,
 }
 
+/// What the server did to one stream, for a writer that paces on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// Response HEADERS arrived; `end_stream` for a trailers-only answer.
+    Headers { stream_id: u32, end_stream: bool },
+    /// The server reset the stream.
+    Reset { stream_id: u32 },
+}
+
 /// Reads every frame of a raw connection until it closes: tallies
-/// RST_STREAMs, PING acks and the first GOAWAY into `seen`, and forwards the
-/// server's own PINGs to `pings` so the writer can acknowledge them.
+/// RST_STREAMs, PING acks and the first GOAWAY into `seen`, forwards the
+/// server's own PINGs to `pings` so the writer can acknowledge them, and
+/// response HEADERS and resets to `events`, if given.
 pub async fn watch_frames(
     mut reader: FrameReader<OwnedReadHalf>,
     seen: Arc<Mutex<FramesSeen>>,
     pings: mpsc::Sender<[u8; 8]>,
+    events: Option<mpsc::UnboundedSender<StreamEvent>>,
     started: Instant,
 ) {
     loop {
@@ -373,6 +395,24 @@ pub async fn watch_frames(
                     .flatten()
                     .unwrap_or(ErrorCode(u32::MAX));
                 *seen.rst_stream.entry(code.to_string()).or_default() += 1;
+                if let Some(events) = &events {
+                    let _ = events.send(StreamEvent::Reset {
+                        stream_id: frame.stream_id,
+                    });
+                }
+            }
+            kind::HEADERS => {
+                if frame.ends_stream() {
+                    seen.trailers_only += 1;
+                } else {
+                    seen.response_headers += 1;
+                }
+                if let Some(events) = &events {
+                    let _ = events.send(StreamEvent::Headers {
+                        stream_id: frame.stream_id,
+                        end_stream: frame.ends_stream(),
+                    });
+                }
             }
             kind::PING if frame.is_ack() => seen.ping_acks += 1,
             kind::PING => {

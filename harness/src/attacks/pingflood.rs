@@ -41,7 +41,7 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
     let (reader, mut writer) = conn.into_split();
     let seen = Arc::new(Mutex::new(FramesSeen::default()));
     let (ping_tx, mut ping_rx) = mpsc::channel(16);
-    let watcher = tokio::spawn(watch_frames(reader, seen.clone(), ping_tx, started));
+    let watcher = tokio::spawn(watch_frames(reader, seen.clone(), ping_tx, None, started));
     let stop = || {
         let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
         seen.goaway.is_some() || seen.closed_after_s.is_some()
