@@ -22,6 +22,7 @@ COPY Cargo.toml Cargo.lock ./
 COPY contracts contracts
 COPY server server
 COPY clients clients
+COPY harness harness
 # BuildKit cache mounts keep the crate registry and target/ between builds,
 # so a code change recompiles only our crates, not the dependency tree.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -1,0 +1,499 @@
+//! The attacks of issue 6, each bounded in count and time, each against the
+//! one loopback target only, and the one-line report every attack prints.
+//!
+//! Every attack runs between a [`Monitor`] (server RSS and CPU from `/proc`,
+//! with a memory guard that ends the attack early) and a [`Probe`] (a
+//! separate, well-behaved GetQuote client), so each line says both what the
+//! attacker achieved and what other clients suffered meanwhile.
+
+pub mod conn_flood;
+pub mod contenttype;
+pub mod madeyoureset;
+pub mod pingflood;
+pub mod slowbody;
+pub mod stall;
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use serde::Serialize;
+use tokio::{net::tcp::OwnedReadHalf, sync::mpsc, time::Instant};
+
+use crate::{
+    Error,
+    frame::{ErrorCode, kind},
+    monitor::{Monitor, ServerProcess, Usage},
+    probe::{Probe, ProbeSummary},
+    raw::FrameReader,
+    target::LoopbackTarget,
+};
+
+/// The attacks, in the order of issue 6's table and of `abuse all`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attack {
+    /// Zero-window connections that never read 5 MB ListRoutes pages.
+    Stall,
+    /// CVE-2025-8671: make the server reset streams itself.
+    Madeyoureset,
+    /// Hold many idle TCP connections; is a fresh client served?
+    Fdflood,
+    /// Connections that send nothing, or half the preface.
+    Nopreface,
+    /// ~4 MiB request bodies that never finish.
+    Slowbody,
+    /// Non-gRPC content-types.
+    Contenttype,
+    /// PING frames as fast as possible.
+    Pingflood,
+}
+
+impl Attack {
+    pub const ALL: [Attack; 7] = [
+        Attack::Stall,
+        Attack::Madeyoureset,
+        Attack::Fdflood,
+        Attack::Nopreface,
+        Attack::Slowbody,
+        Attack::Contenttype,
+        Attack::Pingflood,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Attack::Stall => "stall",
+            Attack::Madeyoureset => "madeyoureset",
+            Attack::Fdflood => "fdflood",
+            Attack::Nopreface => "nopreface",
+            Attack::Slowbody => "slowbody",
+            Attack::Contenttype => "contenttype",
+            Attack::Pingflood => "pingflood",
+        }
+    }
+}
+
+/// How big and how long each attack is. Every value is a bound: no attack
+/// opens more, sends more or lasts longer than these say.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Knobs {
+    /// Override every hold time below (stall, fdflood, nopreface, slowbody), in seconds.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub hold_secs: Option<u64>,
+
+    /// stall: streams on the single connection.
+    #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub stall_streams_one: u32,
+    /// stall: number of further connections...
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub stall_conns: u32,
+    /// stall: ...with this many streams each.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub stall_streams_each: u32,
+    /// stall: seconds the streams are held unread (the server's default send deadline is 30 s).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub stall_hold_secs: u64,
+
+    /// madeyoureset: connections.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub reset_conns: u32,
+    /// madeyoureset: streams per connection (h2's own guard, when on, stops at 1024).
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub reset_streams: u32,
+    /// madeyoureset: requests awaiting their answer per connection (the server's stream limit, if any, caps it).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub reset_inflight: u32,
+    /// madeyoureset: send the WINDOW_UPDATE right behind the request, or after the response HEADERS.
+    #[arg(long, value_enum, default_value_t = madeyoureset::ResetAfter::Request)]
+    pub reset_after: madeyoureset::ResetAfter,
+    /// madeyoureset: seconds at most.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=120))]
+    pub reset_secs: u64,
+
+    /// fdflood: idle TCP connections held (run the server under `ulimit -n 256` to see EMFILE).
+    #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub fd_conns: u32,
+    /// fdflood: seconds they are held (the server's default handshake timeout is 10 s).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub fd_hold_secs: u64,
+
+    /// nopreface: connections that send nothing.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub silent_conns: u32,
+    /// nopreface: connections that send half the 24-byte preface, then nothing.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub half_preface_conns: u32,
+    /// nopreface: seconds they are held.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub nopreface_hold_secs: u64,
+
+    /// slowbody: unfinished requests.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub slowbody_calls: u32,
+    /// slowbody: connections they are spread over.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub slowbody_conns: u32,
+    /// slowbody: seconds to wait for the server to end them (its default request deadline is 10 s).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub slowbody_hold_secs: u64,
+
+    /// pingflood: seconds of flooding at most.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub ping_secs: u64,
+    /// pingflood: PINGs at most.
+    #[arg(long, default_value_t = 20_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub ping_max: u64,
+
+    /// End an attack early once the server's RSS passes this many MiB (local servers only).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..=65_536))]
+    pub rss_guard_mib: u64,
+
+    /// Probe GetQuote calls per second during each attack.
+    #[arg(long, default_value_t = crate::probe::PROBE_RATE, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub probe_rate: u32,
+    /// Deadline of each probe call, in milliseconds.
+    #[arg(long, default_value_t = crate::probe::PROBE_DEADLINE.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub probe_deadline_ms: u64,
+}
+
+impl Knobs {
+    fn hold(&self, default_secs: u64) -> Duration {
+        Duration::from_secs(self.hold_secs.unwrap_or(default_secs))
+    }
+
+    pub fn stall_hold(&self) -> Duration {
+        self.hold(self.stall_hold_secs)
+    }
+
+    pub fn fd_hold(&self) -> Duration {
+        self.hold(self.fd_hold_secs)
+    }
+
+    pub fn nopreface_hold(&self) -> Duration {
+        self.hold(self.nopreface_hold_secs)
+    }
+
+    pub fn slowbody_hold(&self) -> Duration {
+        self.hold(self.slowbody_hold_secs)
+    }
+
+    pub fn probe_deadline(&self) -> Duration {
+        Duration::from_millis(self.probe_deadline_ms)
+    }
+}
+
+/// What an attack found: a one-sentence outcome and the counts behind it.
+#[derive(Debug)]
+pub struct Findings {
+    pub outcome: String,
+    pub details: serde_json::Value,
+}
+
+impl Findings {
+    pub fn new(outcome: String, details: impl Serialize) -> Self {
+        Self {
+            outcome,
+            details: serde_json::to_value(details).unwrap_or(serde_json::Value::Null),
+        }
+    }
+}
+
+/// Everything an attack needs.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub target: LoopbackTarget,
+    pub knobs: Knobs,
+    /// The server's process when it is local, for RSS, CPU and open files.
+    pub server: ServerProcess,
+}
+
+/// The one line an attack prints.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub attack: &'static str,
+    pub outcome: String,
+    /// Peak server RSS during the attack (null if the server is not local).
+    pub rss_peak_mib: Option<f64>,
+    /// p99 of the probe's GetQuote latency during the attack.
+    pub probe_p99_ms: Option<f64>,
+    pub probe_errors: usize,
+    pub probe_calls: usize,
+    /// Server CPU during the attack, % of one core.
+    pub server_cpu_pct: Option<f64>,
+    pub rss_start_mib: Option<f64>,
+    pub rss_end_mib: Option<f64>,
+    pub secs: f64,
+    pub target: String,
+    pub server_pid: Option<u32>,
+    pub details: serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// How long to wait for the server to serve the probe's first GetQuote
+/// before an attack: 30 s. After an attack on an unprotected server it may
+/// be busy finishing abandoned work for a while.
+pub const RECOVERY_LIMIT: Duration = Duration::from_secs(30);
+
+/// Runs one attack between a monitor and a probe, and builds its line.
+pub async fn run(attack: Attack, ctx: &Context) -> Result<Report, Error> {
+    let (knobs, server) = (&ctx.knobs, &ctx.server);
+    let probe = start_probe(ctx).await?;
+    let monitor = Monitor::start(server, knobs.rss_guard_mib * 1024 * 1024);
+    let started = Instant::now();
+    tracing::info!(attack = attack.name(), target = %ctx.target, "attack starts");
+    let tripped = monitor.tripped();
+    let findings = match attack {
+        Attack::Stall => stall::run(ctx, tripped).await,
+        Attack::Madeyoureset => madeyoureset::run(ctx, tripped).await,
+        Attack::Fdflood => conn_flood::fdflood(ctx).await,
+        Attack::Nopreface => conn_flood::nopreface(ctx).await,
+        Attack::Slowbody => slowbody::run(ctx).await,
+        Attack::Contenttype => contenttype::run(ctx).await,
+        Attack::Pingflood => pingflood::run(ctx).await,
+    };
+    let secs = started.elapsed().as_secs_f64();
+    let probe = probe.stop().await;
+    let usage = monitor.stop().await;
+    let findings = findings?;
+    Ok(report(attack, ctx, server, findings, usage, probe, secs))
+}
+
+async fn start_probe(ctx: &Context) -> Result<Probe, Error> {
+    let started = Instant::now();
+    loop {
+        match Probe::start(
+            &ctx.target,
+            ctx.knobs.probe_rate,
+            ctx.knobs.probe_deadline(),
+        )
+        .await
+        {
+            Ok(probe) => {
+                if started.elapsed() > Duration::from_secs(1) {
+                    tracing::info!(
+                        waited_s = started.elapsed().as_secs_f64(),
+                        "server serves GetQuote again"
+                    );
+                }
+                return Ok(probe);
+            }
+            Err(e) if started.elapsed() < RECOVERY_LIMIT => {
+                tracing::info!("waiting for the server to serve GetQuote: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "the server did not serve GetQuote within {RECOVERY_LIMIT:?}: {e}"
+                )
+                .into());
+            }
+        }
+    }
+}
+
+fn report(
+    attack: Attack,
+    ctx: &Context,
+    server: &ServerProcess,
+    findings: Findings,
+    usage: Option<Usage>,
+    probe: ProbeSummary,
+    secs: f64,
+) -> Report {
+    let mut notes = Vec::new();
+    if let ServerProcess::Unknown(why) = server {
+        notes.push(format!("no server RSS/CPU: {why}"));
+    }
+    if usage.is_some_and(|u| u.guard_tripped) {
+        notes.push(format!(
+            "ended early: server RSS passed the {} MiB guard (--rss-guard-mib)",
+            ctx.knobs.rss_guard_mib
+        ));
+    }
+    if let Some(first) = &probe.first_error {
+        notes.push(format!("first probe error: {first}"));
+    }
+    Report {
+        attack: attack.name(),
+        outcome: findings.outcome,
+        rss_peak_mib: usage.map(|u| u.rss_peak_mib),
+        probe_p99_ms: probe.p99_ms,
+        probe_errors: probe.errors,
+        probe_calls: probe.calls,
+        server_cpu_pct: usage.map(|u| u.cpu_pct),
+        rss_start_mib: usage.map(|u| u.rss_start_mib),
+        rss_end_mib: usage.map(|u| u.rss_end_mib),
+        secs: (secs * 100.0).round() / 100.0,
+        target: ctx.target.to_string(),
+        server_pid: server.pid(),
+        details: findings.details,
+        note: (!notes.is_empty()).then(|| notes.join("; ")),
+    }
+}
+
+/// Counts of outcome labels, sorted by label for stable output.
+pub type Tally = BTreeMap<String, usize>;
+
+/// What the reading side of a raw connection saw.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct FramesSeen {
+    /// Response HEADERS that opened a response (no END_STREAM).
+    pub response_headers: u64,
+    /// Response HEADERS that ended the stream at once (a trailers-only
+    /// response: an error status, or a refusal).
+    pub trailers_only: u64,
+    pub rst_stream: Tally,
+    pub ping_acks: u64,
+    pub goaway: Option<GoawaySeen>,
+    /// Seconds after the connection started that the server closed it.
+    pub closed_after_s: Option<f64>,
+}
+
+/// A GOAWAY as reported.
+#[derive(Debug, Clone, Serialize)]
+pub struct GoawaySeen {
+    pub error_code: String,
+    pub debug_data: String,
+    pub last_stream_id: u32,
+    pub after_s: f64,
+}
+
+/// What the server did to one stream, for a writer that paces on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// Response HEADERS arrived; `end_stream` for a trailers-only answer.
+    Headers { stream_id: u32, end_stream: bool },
+    /// The server reset the stream.
+    Reset { stream_id: u32 },
+}
+
+/// Reads every frame of a raw connection until it closes: tallies
+/// RST_STREAMs, PING acks and the first GOAWAY into `seen`, forwards the
+/// server's own PINGs to `pings` so the writer can acknowledge them, and
+/// response HEADERS and resets to `events`, if given.
+pub async fn watch_frames(
+    mut reader: FrameReader<OwnedReadHalf>,
+    seen: Arc<Mutex<FramesSeen>>,
+    pings: mpsc::Sender<[u8; 8]>,
+    events: Option<mpsc::UnboundedSender<StreamEvent>>,
+    started: Instant,
+) {
+    loop {
+        let frame = match reader.next().await {
+            Ok(Some(frame)) => frame,
+            Ok(None) | Err(_) => break,
+        };
+        let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+        match frame.kind {
+            kind::RST_STREAM => {
+                let code = frame
+                    .rst_stream()
+                    .ok()
+                    .flatten()
+                    .unwrap_or(ErrorCode(u32::MAX));
+                *seen.rst_stream.entry(code.to_string()).or_default() += 1;
+                if let Some(events) = &events {
+                    let _ = events.send(StreamEvent::Reset {
+                        stream_id: frame.stream_id,
+                    });
+                }
+            }
+            kind::HEADERS => {
+                if frame.ends_stream() {
+                    seen.trailers_only += 1;
+                } else {
+                    seen.response_headers += 1;
+                }
+                if let Some(events) = &events {
+                    let _ = events.send(StreamEvent::Headers {
+                        stream_id: frame.stream_id,
+                        end_stream: frame.ends_stream(),
+                    });
+                }
+            }
+            kind::PING if frame.is_ack() => seen.ping_acks += 1,
+            kind::PING => {
+                if let Ok(Some(payload)) = frame.ping() {
+                    // Dropped if the writer is busy: the next PING is acked.
+                    let _ = pings.try_send(payload);
+                }
+            }
+            kind::GOAWAY => {
+                if let (None, Ok(Some(goaway))) = (&seen.goaway, frame.goaway()) {
+                    seen.goaway = Some(GoawaySeen {
+                        error_code: goaway.error_code.to_string(),
+                        debug_data: goaway.debug_text(),
+                        last_stream_id: goaway.last_stream_id,
+                        after_s: secs(started.elapsed()),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    seen.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .closed_after_s = Some(secs(started.elapsed()));
+}
+
+/// Seconds, rounded to the millisecond, for reports.
+pub fn secs(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+/// The median of some durations, in seconds; `None` if there are none.
+pub fn median_secs(mut times: Vec<Duration>) -> Option<f64> {
+    if times.is_empty() {
+        return None;
+    }
+    times.sort_unstable();
+    Some(secs(times[(times.len() - 1) / 2]))
+}
+
+/// `{"a": 3, "b": 1}` as `3 a, 1 b`, largest first.
+pub fn describe_tally(tally: &Tally) -> String {
+    let mut items: Vec<(&String, &usize)> = tally.iter().collect();
+    items.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    items
+        .iter()
+        .map(|(label, n)| format!("{n} {label}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tallies_read_largest_first() {
+        let mut tally = Tally::new();
+        tally.insert("RESOURCE_EXHAUSTED".into(), 3);
+        tally.insert("headers_then_stalled".into(), 7);
+        tally.insert("OK".into(), 3);
+        assert_eq!(
+            describe_tally(&tally),
+            "7 headers_then_stalled, 3 OK, 3 RESOURCE_EXHAUSTED"
+        );
+        assert_eq!(describe_tally(&Tally::new()), "");
+    }
+
+    #[test]
+    fn median_is_the_lower_middle() {
+        let d = Duration::from_millis;
+        assert_eq!(median_secs(vec![d(30), d(10), d(20)]), Some(0.02));
+        assert_eq!(median_secs(vec![d(10), d(20)]), Some(0.01));
+        assert_eq!(median_secs(Vec::new()), None);
+    }
+
+    #[test]
+    fn every_attack_has_a_distinct_name() {
+        let mut names: Vec<&str> = Attack::ALL.iter().map(|a| a.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Attack::ALL.len());
+    }
+}

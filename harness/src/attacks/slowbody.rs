@@ -1,0 +1,146 @@
+//! `slowbody`: request bodies that never finish. Each call is a GetQuote
+//! whose gRPC length prefix announces a message just under the server's
+//! 4 MiB receive cap, followed by all of it but the last byte, and then
+//! nothing, ever. The server cannot decode the message, so it can only
+//! hold the bytes, until a request deadline (if it has one) ends the call.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::{task::JoinSet, time::Instant};
+
+use super::{Context, Findings, Tally, describe_tally, median_secs};
+use crate::{
+    Error, grpc,
+    h2client::{CallEnd, H2Conn, ReceiveWindows, await_end, unfinished_message},
+};
+
+/// The message length each prefix announces: 1 KiB under the default 4 MiB
+/// receive cap, so no server refuses it for its size.
+pub const DECLARED_BYTES: u32 = 4 * 1024 * 1024 - 1024;
+
+/// How long a connection waits to open each stream: 2 s.
+const OPEN_WAIT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Default, Serialize)]
+struct Details {
+    calls: u32,
+    connections: u32,
+    declared_bytes: u32,
+    bytes_sent_each: usize,
+    ends: Tally,
+    /// Median seconds from opening to the server ending the call.
+    end_median_s: Option<f64>,
+    end_last_s: Option<f64>,
+    not_opened: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_error: Option<String>,
+}
+
+pub async fn run(ctx: &Context) -> Result<Findings, Error> {
+    let knobs = &ctx.knobs;
+    let hold = knobs.slowbody_hold();
+    let deadline = Instant::now() + hold;
+    let sent = DECLARED_BYTES as usize - 1;
+    let body = unfinished_message(DECLARED_BYTES, sent);
+
+    let mut connections = JoinSet::new();
+    let per_conn = knobs.slowbody_calls.div_ceil(knobs.slowbody_conns);
+    let mut left = knobs.slowbody_calls;
+    while left > 0 {
+        let calls = per_conn.min(left);
+        left -= calls;
+        let (addr, body) = (ctx.target.addr(), body.clone());
+        connections.spawn(async move {
+            let mut conn = H2Conn::connect(addr, ReceiveWindows::default()).await?;
+            let mut ends = JoinSet::new();
+            let mut not_opened = 0;
+            // Keep every request half open until the end: dropping one
+            // would reset its stream and end the attack on it.
+            let mut open_requests = Vec::new();
+            for i in 0..calls {
+                let wait = OPEN_WAIT.min(deadline.saturating_duration_since(Instant::now()));
+                match conn
+                    .open_call(
+                        grpc::GET_QUOTE,
+                        grpc::CONTENT_TYPE,
+                        body.clone(),
+                        false,
+                        wait,
+                    )
+                    .await?
+                {
+                    Some((response, request)) => {
+                        open_requests.push(request);
+                        let started = Instant::now();
+                        let limit = deadline.saturating_duration_since(started);
+                        ends.spawn(await_end(response, limit, true, started));
+                    }
+                    None => {
+                        not_opened = calls - i;
+                        break;
+                    }
+                }
+            }
+            let mut results = Vec::new();
+            while let Some(Ok(end)) = ends.join_next().await {
+                results.push(end);
+            }
+            drop(open_requests);
+            Ok::<_, Error>((results, not_opened))
+        });
+    }
+    let mut details = Details {
+        calls: knobs.slowbody_calls,
+        connections: u32::try_from(connections.len()).unwrap_or(u32::MAX),
+        declared_bytes: DECLARED_BYTES,
+        bytes_sent_each: sent,
+        ..Default::default()
+    };
+    let mut end_times = Vec::new();
+    while let Some(joined) = connections.join_next().await {
+        match joined {
+            Ok(Ok((results, not_opened))) => {
+                details.not_opened += not_opened;
+                for (end, after) in results {
+                    *details.ends.entry(end.label()).or_default() += 1;
+                    if !matches!(end, CallEnd::Pending) {
+                        end_times.push(after);
+                    }
+                }
+            }
+            Ok(Err(e)) => {
+                details.first_error.get_or_insert_with(|| e.to_string());
+            }
+            Err(e) => {
+                details.first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+    details.end_last_s = end_times.iter().max().copied().map(super::secs);
+    details.end_median_s = median_secs(end_times);
+    let pending = details.ends.get("pending").copied().unwrap_or(0);
+    let mut outcome = format!(
+        "{} unfinished ~4 MiB bodies: {} still open after {}s",
+        details.calls,
+        pending,
+        hold.as_secs()
+    );
+    let ended: Tally = details
+        .ends
+        .iter()
+        .filter(|(l, _)| l.as_str() != "pending")
+        .map(|(l, n)| (l.clone(), *n))
+        .collect();
+    if !ended.is_empty() {
+        outcome.push_str(&format!(
+            ", ended by the server: {} (median {:.1}s)",
+            describe_tally(&ended),
+            details.end_median_s.unwrap_or_default()
+        ));
+    }
+    if let Some(e) = &details.first_error {
+        outcome.push_str(&format!("; error: {e}"));
+    }
+    Ok(Findings::new(outcome, details))
+}

@@ -1,0 +1,143 @@
+//! `abuse`: tries a running gRPC server of the RoutingService contract the
+//! way an attacker would, and shows what it costs the server and its other
+//! clients. Each attack is bounded in count and time, stops by itself, and
+//! sends traffic only to `--target`, which must be a loopback address.
+//!
+//! Run with (a server listening on 127.0.0.1:9180, e.g.
+//! `cargo run --release -p routing-server`):
+//!
+//! ```console
+//! $ cargo run --release -p harness --bin abuse -- --target 127.0.0.1:9180 stall
+//! $ cargo run --release -p harness --bin abuse -- --target 127.0.0.1:9180 all
+//! ```
+//!
+//! It prints one JSON line per attack on stdout, for example:
+//!
+//! ```text
+//! {"attack":"pingflood","outcome":"no GOAWAY: 20000000 of 20000000 PINGs acked in 4.1s","rss_peak_mib":9.1,"probe_p99_ms":2.9,"probe_errors":0,"probe_calls":121,"server_cpu_pct":98.1,...,"details":{...}}
+//! ```
+//!
+//! `outcome` says what the server did; `rss_peak_mib` and `server_cpu_pct`
+//! are read from `/proc` when the server runs on this machine (null
+//! otherwise); `probe_p99_ms` and `probe_errors` come from a separate,
+//! well-behaved client calling GetQuote 20 times a second during the
+//! attack. `details` holds the counts behind the outcome. Logs go to stderr
+//! (`RUST_LOG=info` for progress). Exit status 1 if an attack could not run.
+
+use std::{io::Write, process::ExitCode, time::Duration};
+
+use clap::Parser;
+use harness::{
+    Error, LoopbackTarget,
+    attacks::{self, Attack, Context, Knobs},
+    monitor::ServerProcess,
+    target::DEFAULT_TARGET,
+};
+
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "Run bounded attacks against a gRPC server on loopback; one JSON line per attack",
+    after_help = "ATTACKS: all, stall, madeyoureset, fdflood, nopreface, slowbody, contenttype, pingflood"
+)]
+struct Args {
+    /// The server: host:port, loopback only (127.0.0.0/8 or [::1]).
+    #[arg(long, env = "ROUTING_TARGET", default_value = DEFAULT_TARGET)]
+    target: LoopbackTarget,
+
+    /// Read RSS and CPU of this PID instead of the one found listening on the target.
+    #[arg(long)]
+    server_pid: Option<u32>,
+
+    /// Seconds to pause between attacks in `all`, so each starts on a quiet server.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=600))]
+    pause_secs: u64,
+
+    #[command(flatten)]
+    knobs: Knobs,
+
+    /// The attacks to run, in order, or `all` for each in turn.
+    #[arg(value_parser = parse_attacks, required = true)]
+    attack: Vec<Selection>,
+}
+
+/// One word of the command line: an attack, or `all` of them.
+#[derive(Debug, Clone)]
+struct Selection(Vec<Attack>);
+
+fn parse_attacks(input: &str) -> Result<Selection, String> {
+    if input == "all" {
+        return Ok(Selection(Attack::ALL.to_vec()));
+    }
+    Attack::ALL
+        .iter()
+        .find(|a| a.name() == input)
+        .map(|a| Selection(vec![*a]))
+        .ok_or_else(|| {
+            let names: Vec<&str> = Attack::ALL.iter().map(|a| a.name()).collect();
+            format!("unknown attack {input:?}; choose all, {}", names.join(", "))
+        })
+}
+
+fn init_tracing() {
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("harness=info,warn")),
+        )
+        .init();
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    init_tracing();
+    let args = Args::parse();
+    let attacks: Vec<Attack> = args
+        .attack
+        .iter()
+        .flat_map(|s| s.0.iter().copied())
+        .collect();
+    if attacks.is_empty() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "error: name an attack, or `all` (see --help)"
+        );
+        return ExitCode::from(2);
+    }
+    let ctx = Context {
+        target: args.target,
+        server: ServerProcess::locate(args.target.addr(), args.server_pid),
+        knobs: args.knobs,
+    };
+    if let ServerProcess::Unknown(why) = &ctx.server {
+        tracing::warn!("server RSS and CPU will be null: {why}");
+    }
+    let mut failed = false;
+    for (i, attack) in attacks.iter().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_secs(args.pause_secs)).await;
+        }
+        if let Err(e) = run_one(*attack, &ctx).await {
+            let _ = writeln!(std::io::stderr(), "error: {}: {e}", attack.name());
+            failed = true;
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Runs one attack and prints its line.
+async fn run_one(attack: Attack, ctx: &Context) -> Result<(), Error> {
+    let report = attacks::run(attack, ctx).await?;
+    let line = serde_json::to_string(&report)?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")?;
+    stdout.flush()?;
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! Tools that try a gRPC server of the `RoutingService` contract the way an
+//! attacker or a load test would, on loopback only, and the raw HTTP/2
+//! client behind them, which the server's own tests can reuse.
+//!
+//! Two binaries sit on top:
+//! - `abuse` runs the attacks of issue 6 one by one (`stall`,
+//!   `madeyoureset`, `fdflood`, `nopreface`, `slowbody`, `contenttype`,
+//!   `pingflood`) and prints one JSON line each: what the server did, its
+//!   peak memory, and how a well-behaved client fared meanwhile.
+//! - `bench` measures server CPU per call, latency and memory per idle
+//!   connection, for one server or two side by side.
+//!
+//! Both read a local server's memory and CPU from `/proc`, and both refuse a
+//! target that is not a loopback address.
+//!
+//! # Layout
+//! - [`frame`]: HTTP/2 frames as bytes: types, flags, error codes, encoding,
+//!   and a decoder for frames split across reads (pure, unit-tested).
+//! - [`hpack`]: the literal-only HPACK encoding the raw client sends.
+//! - [`raw`]: [`raw::RawConn`], a client that sends exactly the frames it is
+//!   told to, and reads frames and GOAWAYs with a timeout.
+//! - [`h2client`]: clients built on the `h2` crate that misbehave within the
+//!   protocol: a zero receive window, bodies that never end.
+//! - [`grpc`]: method paths, the 5-byte message prefix, request headers.
+//! - [`procfs`]: finding the process that listens on a port, and its RSS,
+//!   CPU time and open files, from `/proc`.
+//! - [`monitor`]: sampling that process during a run, with a memory guard.
+//! - [`probe`]: the steady GetQuote client whose p99 shows collateral damage.
+//! - [`latency`]: nearest-rank percentiles.
+//! - [`target`]: the loopback-only target address.
+//! - [`attacks`]: the attacks, one module each, and their report line.
+//! - [`bench`]: the benchmark runs and their table.
+
+pub mod attacks;
+pub mod bench;
+pub mod frame;
+pub mod grpc;
+pub mod h2client;
+pub mod hpack;
+pub mod latency;
+pub mod monitor;
+pub mod probe;
+pub mod procfs;
+pub mod raw;
+pub mod target;
+
+pub use frame::{ErrorCode, Frame, Goaway};
+pub use raw::{RawConn, RawError};
+pub use target::LoopbackTarget;
+
+/// Any failure a tool reports before exiting non-zero.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;

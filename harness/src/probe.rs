@@ -1,0 +1,150 @@
+//! The well-behaved client that watches a server while it is attacked: one
+//! tonic channel calling GetQuote at a steady rate, each call with a
+//! deadline. Its p99 and error count say whether "other clients" are still
+//! served, which is what an attack on a shared server is really about.
+
+use std::{sync::Arc, time::Duration};
+
+use routing_contracts::routing::routing_service_client::RoutingServiceClient;
+use serde::Serialize;
+use tokio::{
+    sync::{Mutex, watch},
+    task::{JoinHandle, JoinSet},
+    time::Instant,
+};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::{Error, latency::Latencies, target::LoopbackTarget};
+
+/// Calls per second: 20, i.e. one every 50 ms. Enough samples for a p99 over
+/// a 10 s attack (200 calls), too few to be load in themselves.
+pub const PROBE_RATE: u32 = 20;
+
+/// Deadline of each probe call: 1 s. A call that takes longer has failed
+/// from a user's point of view; its latency is recorded as the time waited.
+pub const PROBE_DEADLINE: Duration = Duration::from_secs(1);
+
+/// Opens a channel to `target` within `limit` (TCP plus HTTP/2 handshake),
+/// with `deadline` on every call.
+pub async fn connect(
+    target: &LoopbackTarget,
+    deadline: Duration,
+    limit: Duration,
+) -> Result<Channel, Error> {
+    let endpoint = Endpoint::from_shared(target.uri())?
+        .connect_timeout(limit)
+        .timeout(deadline)
+        .tcp_nodelay(true);
+    match tokio::time::timeout(limit, endpoint.connect()).await {
+        Ok(Ok(channel)) => Ok(channel),
+        Ok(Err(e)) => Err(format!("cannot connect to {target}: {e}").into()),
+        Err(_) => Err(format!("cannot connect to {target}: no handshake within {limit:?}").into()),
+    }
+}
+
+/// One GetQuote on `channel`; true if it returned OK.
+pub async fn get_quote(channel: Channel) -> Result<(), tonic::Status> {
+    let mut client = RoutingServiceClient::new(channel);
+    client
+        .get_quote(routing_clients::sample_quote_request())
+        .await
+        .map(drop)
+}
+
+/// What the probe saw.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProbeSummary {
+    pub calls: usize,
+    pub errors: usize,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+    /// The first error's status, e.g. "DEADLINE_EXCEEDED: Timeout expired".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Record {
+    latencies: Latencies,
+    errors: usize,
+    first_error: Option<String>,
+}
+
+/// A running probe; [`Probe::stop`] ends it and returns its summary.
+#[derive(Debug)]
+pub struct Probe {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    record: Arc<Mutex<Record>>,
+}
+
+impl Probe {
+    /// Connects (before the attack starts, so the probe measures service,
+    /// not whether new connections are accepted) and starts calling.
+    pub async fn start(
+        target: &LoopbackTarget,
+        rate: u32,
+        deadline: Duration,
+    ) -> Result<Self, Error> {
+        let channel = connect(target, deadline, Duration::from_secs(5)).await?;
+        // One call first, so the measured calls find a warm connection.
+        get_quote(channel.clone())
+            .await
+            .map_err(|s| format!("probe GetQuote failed before the attack: {s}"))?;
+        let record = Arc::new(Mutex::new(Record::default()));
+        let (stop, mut stopped) = watch::channel(false);
+        let task = {
+            let record = record.clone();
+            tokio::spawn(async move {
+                let period = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+                let mut ticker = tokio::time::interval(period);
+                // A steady rate: a slow call never delays the next one.
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                let mut calls = JoinSet::new();
+                loop {
+                    tokio::select! {
+                        _ = ticker.tick() => {}
+                        _ = stopped.changed() => break,
+                    }
+                    let (channel, record) = (channel.clone(), record.clone());
+                    calls.spawn(async move {
+                        let started = Instant::now();
+                        let result = get_quote(channel).await;
+                        let mut record = record.lock().await;
+                        record.latencies.push(started.elapsed());
+                        if let Err(status) = result {
+                            record.errors += 1;
+                            record.first_error.get_or_insert_with(|| {
+                                format!(
+                                    "{}: {}",
+                                    crate::grpc::code_name(status.code()),
+                                    status.message()
+                                )
+                            });
+                        }
+                    });
+                    // Reap finished calls so the set stays small.
+                    while calls.try_join_next().is_some() {}
+                }
+                // Calls in flight end within their deadline.
+                while calls.join_next().await.is_some() {}
+            })
+        };
+        Ok(Self { stop, task, record })
+    }
+
+    pub async fn stop(self) -> ProbeSummary {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        let mut record = self.record.lock().await;
+        ProbeSummary {
+            calls: record.latencies.len(),
+            errors: record.errors,
+            p50_ms: record.latencies.percentile_ms(50.0),
+            p99_ms: record.latencies.percentile_ms(99.0),
+            max_ms: record.latencies.percentile_ms(100.0),
+            first_error: record.first_error.take(),
+        }
+    }
+}
