@@ -1,0 +1,492 @@
+//! The server's defaults under abuse, one test per attack in the README's
+//! Hardening table, each driven by a misbehaving HTTP/2 client from the
+//! `harness` crate. Knobs are scaled down (budgets in MiB, deadlines in
+//! seconds) so each test runs in seconds. Tests assert behaviour only:
+//! status codes, GOAWAY codes and debug data, connections closed, calls
+//! refused fast, other clients served. Memory and CPU are the harness's job.
+
+mod support;
+
+use std::time::Duration;
+
+use harness::{
+    frame::{ErrorCode, Goaway, flag, kind, setting},
+    grpc,
+    h2client::{CallEnd, H2Conn, ReceiveWindows, await_end, unfinished_message},
+    raw::RawConn,
+};
+use routing_contracts::routing::{GetQuoteRequest, ListRoutesRequest};
+use routing_contracts::types::CargoItem;
+use routing_server::{Config, LocalServer};
+use tokio::{io::AsyncReadExt, net::TcpStream, time::Instant};
+
+use support::{MIB, client, start_with};
+
+/// Long enough for anything that should happen; only a hang takes this long.
+const BOUND: Duration = Duration::from_secs(10);
+
+fn quote() -> GetQuoteRequest {
+    GetQuoteRequest {
+        origin: "NLRTM".into(),
+        destination: "SGSIN".into(),
+        cargo: vec![CargoItem {
+            description: "machine parts".into(),
+            weight_kg: 400.4,
+        }],
+    }
+}
+
+/// Another, well-behaved client gets its quote.
+async fn others_are_served(server: &LocalServer) {
+    let mut client = client(server).await;
+    let quote = tokio::time::timeout(BOUND, client.get_quote(quote()))
+        .await
+        .expect("GetQuote answered in time")
+        .expect("GetQuote succeeds");
+    assert_eq!(
+        quote
+            .into_inner()
+            .quote
+            .expect("a quote")
+            .price
+            .expect("a price")
+            .amount,
+        "1001.00"
+    );
+}
+
+fn grpc_headers<'a>(server: &'a str, path: &'a str) -> [(&'a str, &'a str); 6] {
+    grpc::request_headers(server, path, grpc::CONTENT_TYPE)
+}
+
+/// Given a client, when it connects, then the server's SETTINGS advertise
+/// the stream limit tonic would leave out.
+#[tokio::test]
+async fn settings_advertise_the_stream_limit() {
+    let server = start_with(Config::default()).await;
+    let mut conn = RawConn::connect(server.addr()).await.expect("connects");
+    let settings = conn.handshake().await.expect("handshake");
+    assert!(
+        settings.contains(&(setting::MAX_CONCURRENT_STREAMS, 100)),
+        "{settings:?}"
+    );
+}
+
+/// Stalled readers: a connection with a zero flow-control window opens six
+/// full-page ListRoutes calls and never reads. Two pages fit the 12 MiB
+/// budget and stall; the other four are refused at once with
+/// RESOURCE_EXHAUSTED. Other clients' quotes are served meanwhile. When the
+/// send deadline passes, the server closes the stalled connection, and the
+/// budget is free again for a client that reads.
+#[tokio::test]
+async fn stalled_readers_are_refused_past_the_budget_then_cut_off() {
+    let server = start_with(Config {
+        response_budget_bytes: 12 * MIB,
+        send_deadline_secs: 2,
+        ..Config::default()
+    })
+    .await;
+    let mut stalled = H2Conn::connect(
+        server.addr(),
+        ReceiveWindows {
+            stream: 0,
+            connection: 65_535,
+        },
+    )
+    .await
+    .expect("connects");
+
+    // Six calls, none of which will ever be read.
+    let started = Instant::now();
+    let mut calls = Vec::new();
+    for _ in 0..6 {
+        let (response, body) = stalled
+            .open_call(
+                grpc::LIST_ROUTES,
+                grpc::CONTENT_TYPE,
+                grpc::framed(&grpc::full_page_request()),
+                true,
+                BOUND,
+            )
+            .await
+            .expect("stream opens")
+            .expect("under the stream limit");
+        calls.push((response, body));
+    }
+    // Keep every stream handle: dropping one would cancel its call.
+    let mut held = Vec::new();
+    let (mut refused, mut stalled_calls) = (0, 0);
+    for (response, body) in calls {
+        let head = tokio::time::timeout(Duration::from_secs(2), response)
+            .await
+            .expect("response headers in time")
+            .expect("a response");
+        match grpc::grpc_status(head.headers()) {
+            // Trailers-only: refused before any byte of the page.
+            Some(code) => {
+                assert_eq!(code, tonic::Code::ResourceExhausted);
+                let message = head.headers()["grpc-message"].to_str().expect("ascii");
+                assert!(
+                    message.starts_with("response%20budget%20(12%20MiB)"),
+                    "{message}"
+                );
+                refused += 1;
+            }
+            None => stalled_calls += 1,
+        }
+        held.push((head, body));
+    }
+    assert_eq!((stalled_calls, refused), (2, 4));
+    assert!(started.elapsed() < Duration::from_secs(2), "refused fast");
+
+    // Meanwhile, quotes are served.
+    others_are_served(&server).await;
+
+    // The send deadline closes the stalled connection...
+    let cut_off = Instant::now() + BOUND;
+    while stalled.is_open() && Instant::now() < cut_off {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!stalled.is_open(), "the stalled connection is still open");
+
+    // ...which frees the budget for a reader.
+    let mut reader = client(&server).await.max_decoding_message_size(16 * MIB);
+    let page = reader
+        .list_routes(ListRoutesRequest {
+            page_size: 25,
+            ..Default::default()
+        })
+        .await
+        .expect("the budget is free again");
+    assert_eq!(page.into_inner().routes.len(), 25);
+}
+
+/// MadeYouReset (CVE-2025-8671): the client makes the server reset streams
+/// itself, here with WINDOW_UPDATEs that overflow each stream's window.
+/// Past the local-error-reset limit the server sends GOAWAY
+/// ENHANCE_YOUR_CALM, and other clients are served throughout.
+#[tokio::test]
+async fn made_you_reset_gets_enhance_your_calm() {
+    let server = start_with(Config {
+        max_local_error_resets: 20,
+        ..Config::default()
+    })
+    .await;
+    let authority = server.addr().to_string();
+    let mut conn = RawConn::connect(server.addr()).await.expect("connects");
+    conn.handshake().await.expect("handshake");
+
+    let body = grpc::framed(&quote());
+    for i in 0..40u32 {
+        let stream = 2 * i + 1;
+        let writer = conn.writer();
+        writer.queue_headers(stream, &grpc_headers(&authority, grpc::GET_QUOTE), false);
+        writer.queue_data(stream, &body, false);
+        // 65,535 + 2^31 - 1 overflows the stream's send window.
+        writer.queue_window_update(stream, 0x7fff_ffff);
+        if conn.writer().flush().await.is_err() {
+            break; // The server has already closed us.
+        }
+    }
+    let goaway: Goaway = conn.expect_goaway(BOUND).await.expect("a GOAWAY");
+    assert_eq!(
+        goaway.error_code,
+        ErrorCode::ENHANCE_YOUR_CALM,
+        "{goaway:?}"
+    );
+    others_are_served(&server).await;
+}
+
+/// A connection that sends nothing, and one that sends half the preface,
+/// are both closed once the handshake timeout passes; a real client that
+/// arrives meanwhile is served.
+#[tokio::test]
+async fn connections_without_a_handshake_are_closed() {
+    let server = start_with(Config {
+        handshake_timeout_secs: 1,
+        ..Config::default()
+    })
+    .await;
+    let mut silent = TcpStream::connect(server.addr()).await.expect("connects");
+    let mut half = RawConn::connect(server.addr()).await.expect("connects");
+    half.send_raw(&harness::frame::PREFACE[..12])
+        .await
+        .expect("half a preface");
+
+    others_are_served(&server).await;
+
+    // The server's own SETTINGS arrive first; then the connection ends.
+    let started = Instant::now();
+    let mut sink = Vec::new();
+    let read = tokio::time::timeout(BOUND, silent.read_to_end(&mut sink))
+        .await
+        .expect("the silent connection is closed in time");
+    assert!(read.as_ref().map_or(true, |n| *n < 100), "{read:?}");
+    let closed = half.expect_close(BOUND).await;
+    assert!(closed.is_ok(), "{closed:?}");
+    assert!(started.elapsed() < BOUND);
+}
+
+/// With a cap of two connections, a third is closed at once, without a
+/// word; once one of the two leaves, a new client is served again.
+#[tokio::test]
+async fn connections_above_the_cap_are_closed_at_once() {
+    let server = start_with(Config {
+        max_connections: Some(2),
+        handshake_timeout_secs: 60,
+        ..Config::default()
+    })
+    .await;
+    let first = TcpStream::connect(server.addr()).await.expect("connects");
+    let _second = TcpStream::connect(server.addr()).await.expect("connects");
+
+    let mut third = TcpStream::connect(server.addr())
+        .await
+        .expect("TCP connects");
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(2), third.read(&mut byte))
+        .await
+        .expect("closed at once, not left waiting");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+
+    drop(first);
+    // The server notices the close on its next read; retry briefly.
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let attempt = tokio::time::timeout(Duration::from_secs(2), async {
+            let channel = tonic::transport::Channel::from_shared(server.url())
+                .expect("url")
+                .connect()
+                .await?;
+            let mut client =
+                routing_contracts::routing::routing_service_client::RoutingServiceClient::new(
+                    channel,
+                );
+            client
+                .get_quote(quote())
+                .await
+                .map_err(|status| Box::new(status) as Box<dyn std::error::Error + Send + Sync>)?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+        })
+        .await;
+        if matches!(attempt, Ok(Ok(()))) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never served again: {attempt:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A request body that announces 4 MiB and never finishes is cancelled with
+/// DEADLINE_EXCEEDED once the request deadline passes.
+#[tokio::test]
+async fn unfinished_request_bodies_end() {
+    let server = start_with(Config {
+        request_deadline_secs: 1,
+        ..Config::default()
+    })
+    .await;
+    let mut conn = H2Conn::connect(server.addr(), ReceiveWindows::default())
+        .await
+        .expect("connects");
+    let started = Instant::now();
+    let (response, _body) = conn
+        .open_call(
+            grpc::GET_QUOTE,
+            grpc::CONTENT_TYPE,
+            unfinished_message(4 * 1024 * 1024 - 16, 32 * 1024),
+            false,
+            BOUND,
+        )
+        .await
+        .expect("stream opens")
+        .expect("under the stream limit");
+    let (end, _) = await_end(response, BOUND, true, started).await;
+    assert_eq!(end, CallEnd::Grpc(tonic::Code::DeadlineExceeded));
+}
+
+/// The bytes of partly received requests are bounded server-wide: with a
+/// 1 MiB request budget, one unfinished 768 KiB body fits, and a second
+/// one, on another connection, is refused with RESOURCE_EXHAUSTED.
+#[tokio::test]
+async fn partly_received_requests_share_a_budget() {
+    let server = start_with(Config {
+        request_budget_bytes: MIB,
+        request_deadline_secs: 30,
+        ..Config::default()
+    })
+    .await;
+    let chunk = 768 * 1024;
+    let mut holders = Vec::new();
+    let mut ends = Vec::new();
+    for _ in 0..2 {
+        let mut conn = H2Conn::connect(server.addr(), ReceiveWindows::default())
+            .await
+            .expect("connects");
+        let started = Instant::now();
+        let (response, body) = conn
+            .open_call(
+                grpc::GET_QUOTE,
+                grpc::CONTENT_TYPE,
+                unfinished_message(4 * 1024 * 1024 - 16, chunk),
+                false,
+                BOUND,
+            )
+            .await
+            .expect("stream opens")
+            .expect("under the stream limit");
+        ends.push(
+            await_end(response, Duration::from_secs(2), true, started)
+                .await
+                .0,
+        );
+        holders.push((conn, body));
+    }
+    assert_eq!(
+        ends,
+        [
+            CallEnd::Pending,
+            CallEnd::Grpc(tonic::Code::ResourceExhausted)
+        ]
+    );
+}
+
+/// A request that is not gRPC gets HTTP 415, with the gRPC status grpc-go
+/// sends, instead of being served as if it were gRPC.
+#[tokio::test]
+async fn non_grpc_content_types_get_415() {
+    let server = start_with(Config::default()).await;
+    let mut conn = H2Conn::connect(server.addr(), ReceiveWindows::default())
+        .await
+        .expect("connects");
+    for content_type in ["application/json", "text/plain"] {
+        let (response, _body) = conn
+            .open_call(
+                grpc::GET_QUOTE,
+                content_type,
+                grpc::framed(&quote()),
+                true,
+                BOUND,
+            )
+            .await
+            .expect("stream opens")
+            .expect("under the stream limit");
+        let response = tokio::time::timeout(BOUND, response)
+            .await
+            .expect("answered")
+            .expect("a response");
+        assert_eq!(response.status(), 415, "{content_type}");
+        assert_eq!(
+            grpc::grpc_status(response.headers()),
+            Some(tonic::Code::InvalidArgument)
+        );
+        let message = response.headers()["grpc-message"].to_str().expect("ascii");
+        assert!(message.contains(content_type), "{message}");
+    }
+}
+
+/// Sends a PING every `every` for `for_how_long`, answering the server's
+/// own PINGs, and returns the GOAWAY if one came.
+async fn ping_every(
+    server: &LocalServer,
+    every: Duration,
+    for_how_long: Duration,
+) -> Option<Goaway> {
+    let mut conn = RawConn::connect(server.addr()).await.expect("connects");
+    conn.handshake().await.expect("handshake");
+    let started = Instant::now();
+    let mut n = 0u64;
+    while started.elapsed() < for_how_long {
+        if conn.send_ping(n.to_be_bytes()).await.is_err() {
+            break;
+        }
+        n += 1;
+        let next = started + every * u32::try_from(n).expect("few pings");
+        // Read until the next ping is due: acks, the server's PINGs, a GOAWAY.
+        while Instant::now() < next {
+            match conn.read_frame(next - Instant::now()).await {
+                Ok(Some(frame)) => {
+                    if let Some(goaway) = frame.goaway().expect("a valid GOAWAY") {
+                        return Some(goaway);
+                    }
+                    if frame.kind == kind::PING && !frame.has_flag(flag::ACK) {
+                        let mut payload = [0u8; 8];
+                        payload.copy_from_slice(&frame.payload[..8]);
+                        conn.writer().queue_ping(payload, true);
+                        conn.writer().flush().await.expect("ack");
+                    }
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+    }
+    None
+}
+
+fn assert_too_many_pings(goaway: Option<Goaway>) {
+    let goaway = goaway.expect("a GOAWAY");
+    assert_eq!(
+        goaway.error_code,
+        ErrorCode::ENHANCE_YOUR_CALM,
+        "{goaway:?}"
+    );
+    assert_eq!(goaway.debug_text(), "too_many_pings");
+}
+
+/// With a 1 s floor (the chapter's 5 s, scaled down), a client pinging
+/// every 200 ms is sent away with GOAWAY ENHANCE_YOUR_CALM too_many_pings,
+/// and one pinging exactly at the floor for 6 s is not.
+#[tokio::test]
+async fn ping_floor_sends_fast_pingers_away_and_spares_the_rest() {
+    let server = start_with(Config {
+        min_ping_interval_secs: 1,
+        ..Config::default()
+    })
+    .await;
+    let fast = ping_every(&server, Duration::from_millis(200), Duration::from_secs(5));
+    let at_floor = ping_every(&server, Duration::from_secs(1), Duration::from_secs(6));
+    let (fast, at_floor) = tokio::join!(fast, at_floor);
+    assert_too_many_pings(fast);
+    assert!(at_floor.is_none(), "{at_floor:?}");
+}
+
+/// A raw PING flood gets GOAWAY too_many_pings after the third strike, and
+/// the server closes the connection: it answers at most three pings.
+#[tokio::test]
+async fn ping_flood_is_cut_off_after_three_strikes() {
+    let server = start_with(Config::default()).await;
+    let mut conn = RawConn::connect(server.addr()).await.expect("connects");
+    conn.handshake().await.expect("handshake");
+    for i in 0..1000u64 {
+        conn.writer().queue_ping(i.to_be_bytes(), false);
+    }
+    let _ = conn.writer().flush().await;
+
+    let mut acks = 0;
+    let mut goaway = None;
+    while let Ok(Some(frame)) = conn.read_frame(BOUND).await {
+        if frame.kind == kind::PING && frame.has_flag(flag::ACK) {
+            acks += 1;
+        }
+        if let Some(g) = frame.goaway().expect("a valid GOAWAY") {
+            goaway = Some(g);
+        }
+    }
+    assert_too_many_pings(goaway);
+    assert!(acks <= 4, "{acks} pings answered");
+    others_are_served(&server).await;
+}
+
+/// With pings without calls not permitted, an idle client pinging slowly
+/// (every 1.2 s, above the 1 s floor) is still sent away.
+#[tokio::test]
+async fn idle_pings_are_refused_when_not_permitted() {
+    let server = start_with(Config {
+        min_ping_interval_secs: 1,
+        permit_pings_without_calls: false,
+        ..Config::default()
+    })
+    .await;
+    let goaway = ping_every(&server, Duration::from_millis(1200), Duration::from_secs(8)).await;
+    assert_too_many_pings(goaway);
+}
