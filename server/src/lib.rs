@@ -9,7 +9,9 @@
 //! - [`knobs`]: every tuning knob, its default, unit and effect, and [`Config`].
 //! - [`quote`]: GetQuote validation and the pricing formula (pure).
 //! - [`catalog`]: the padded catalog, pagination and field masks (pure).
-//! - [`service`]: the gRPC adapter that maps both onto `Status` codes.
+//! - [`page_codec`]: encodes a ListRoutes page straight from the catalog.
+//! - [`service`]: the gRPC adapter that maps both onto `Status` codes, and
+//!   serves ListRoutes through `page_codec`.
 //! - [`compression`]: the tower layer that keeps GetQuote uncompressed.
 //! - [`server`]: [`run`] assembles routing, health and reflection and drains
 //!   on shutdown; [`LocalServer`] runs it on a free port for tests.
@@ -19,6 +21,7 @@
 pub mod catalog;
 pub mod compression;
 pub mod knobs;
+pub mod page_codec;
 pub mod probe;
 pub mod quote;
 pub mod server;

@@ -13,15 +13,15 @@ use crate::{
     catalog::Catalog,
     compression::IdentityResponsesLayer,
     knobs::{Config, UNCOMPRESSED_METHODS},
-    service::RoutingApi,
+    service::{RoutingApi, RoutingServer},
 };
 
 /// Anything that stops the server from starting or serving.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The routing service with the chapter's message caps and compression.
-pub fn routing_service(config: &Config) -> RoutingServiceServer<RoutingApi> {
-    let service = RoutingServiceServer::new(RoutingApi::new(Catalog::new()))
+pub fn routing_service(config: &Config) -> RoutingServer {
+    let service = RoutingServer::new(RoutingApi::new(Catalog::new()))
         // Send cap: tonic's default is unlimited, so set it (see knobs).
         .max_encoding_message_size(config.max_send_bytes)
         // Receive cap: tonic's default is already 4 MiB; we state it anyway.
