@@ -42,7 +42,22 @@ enum Command {
     },
 }
 
-#[tokio::main]
+/// jemalloc instead of glibc's malloc. Measured on the 2-core test machine:
+/// RSS per idle connection 12.6 KB instead of 16.4 KB; about 9% fewer
+/// instructions per GetQuote; and no page faults per ListRoutes call, where
+/// glibc handed each 5 MB response buffer back to the kernel and faulted it in
+/// again (up to 1,000 faults, about 2 ms of kernel time, per call).
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+// One thread serves every connection. Measured with 50 concurrent GetQuote
+// calls: 14 µs of server CPU per call, against 21 to 25 µs on tokio's default
+// multi-thread runtime, which wakes the connection after each response and so
+// writes each one in its own syscall (1 writev per call instead of 0.1). The
+// cost: the server uses one core, and a gzipped full catalog (about 2.5 ms of
+// CPU) holds up every other call on the server while it compresses.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
