@@ -54,7 +54,12 @@ impl RoutingApi {
         request: Request<ListRoutesRequest>,
     ) -> Result<Response<Page>, Status> {
         let page = self.catalog.page(request.get_ref())?;
-        tracing::debug!(routes = page.route_count(), next = %page.next_page_token(), "listed");
+        tracing::debug!(
+            routes = page.route_count(),
+            bytes = page.encoded_len(),
+            next = %page.next_page_token(),
+            "listed"
+        );
         Ok(Response::new(page))
     }
 }
