@@ -5,11 +5,13 @@
 #   docker build -t grpc-tuning/routing-server:dev .     (or: docker compose build)
 #
 # Base images are build arguments, so a registry mirror can stand in:
-#   --build-arg RUST_IMAGE=mirror.example/library/rust:1.95-slim-bookworm
+#   --build-arg RUST_IMAGE=mirror.example/library/rust:1.95-bookworm
 # and so can binaries built elsewhere (CI does this; see ci/standin-images.sh):
 #   --build-arg BINARIES=<image holding the binaries in /out>
 
-ARG RUST_IMAGE=docker.io/library/rust:1.95-slim-bookworm
+# The full image, not -slim: the server's allocator (jemalloc, see
+# server/src/main.rs) is built from C with `make`, which -slim lacks.
+ARG RUST_IMAGE=docker.io/library/rust:1.95-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 # The stage (or image) whose /out holds the binaries: by default the build below.
 ARG BINARIES=build

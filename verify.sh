@@ -334,6 +334,7 @@ check "7b gzip wire bytes vs identity" "$zipped / $identity = $percent%" "<= $GZ
   "$(jqn --argjson p "$percent" --argjson k "$GZIP_MAX_PERCENT" '$p <= $k')" gzip
 note "identity wire bytes (25 routes)" "$identity"
 note "gzip wire bytes (25 routes)" "$zipped ($percent%)"
+note "gzip break-even link speed" "$(field gzip 'if .gzip_not_slower then "none: the gzip fetch was not slower" else "\(.break_even_bit_s / 1e6 | round) Mbit/s (gzip is faster below it)" end')"
 
 # ─── 8. Keepalive ────────────────────────────────────────────────────────────
 # One run, three phases at once, each on its own channel: an idle gap (8a); a

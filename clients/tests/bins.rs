@@ -43,6 +43,9 @@ async fn pooled_reuses_one_connection() {
 }
 
 /// Both answers match field for field, and gzip moves under 5% of the bytes.
+/// The cost side is in the same line: both fetches timed, the break-even link
+/// speed (or, when gzip was not slower, null and a flag saying so), and one
+/// small GetQuote request each way, where gzip adds bytes instead of saving them.
 #[tokio::test]
 async fn gzip_matches_and_shrinks_the_catalog() {
     let server = start_server().await;
@@ -63,6 +66,39 @@ async fn gzip_matches_and_shrinks_the_catalog() {
         gzip * 100 < identity * 5,
         "gzip {gzip} bytes vs identity {identity} bytes"
     );
+
+    // Each fetch is timed, in seconds.
+    let identity_s = line["identity_s"].as_f64().expect("seconds");
+    let gzip_s = line["gzip_s"].as_f64().expect("seconds");
+    assert!(identity_s > 0.0 && gzip_s > 0.0, "{line}");
+    // Either gzip was slower and a break-even speed exists, or it was not.
+    let not_slower = line["gzip_not_slower"].as_bool().expect("a flag");
+    match line["break_even_bit_s"].as_u64() {
+        Some(bit_s) => {
+            assert!(!not_slower && gzip_s >= identity_s, "{line}");
+            // bytes saved × 8 / extra seconds, where the printed seconds
+            // (rounded to the microsecond) are precise enough to check it.
+            if gzip_s - identity_s > 1e-4 {
+                let expected = (identity - gzip) as f64 * 8.0 / (gzip_s - identity_s);
+                let ratio = bit_s as f64 / expected;
+                assert!((0.9..1.1).contains(&ratio), "{line}");
+            }
+        }
+        None => {
+            assert!(line["break_even_bit_s"].is_null(), "{line}");
+            assert!(not_slower && gzip_s <= identity_s, "{line}");
+        }
+    }
+
+    // A small request gains nothing from gzip: it is larger on the wire.
+    let quote_identity = line["quote_request_identity_wire_bytes"]
+        .as_u64()
+        .expect("a count");
+    let quote_gzip = line["quote_request_gzip_wire_bytes"]
+        .as_u64()
+        .expect("a count");
+    assert!(quote_identity > 0, "{line}");
+    assert!(quote_gzip > quote_identity, "{line}");
 }
 
 /// Given the chapter's server, when keepalive-client runs only its idle

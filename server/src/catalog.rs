@@ -4,11 +4,21 @@
 //! 100,000 `X` characters, so each route is about 200 kB and the full catalog
 //! encodes to about 5.0 MB: more than the default 4 MiB message cap, which is
 //! the point of the chapter's message-size lesson.
+//!
+//! A page is never copied out of the catalog. [`Catalog::page`] answers a
+//! request with a [`Page`]: which routes, which of their fields, and the next
+//! token. The page shares the catalog, and [`crate::page_codec`] encodes the
+//! selected fields straight from it. Copying them into a `ListRoutesResponse`
+//! first, the obvious way, would deep-copy up to 5 MB of strings per call.
 
+use std::{fmt, ops::Range, sync::Arc};
+
+use bytes::BufMut;
+use prost::Message;
 use routing_contracts::routing::{Leg, ListRoutesRequest, ListRoutesResponse, Route};
-use routing_contracts::types::Money;
 use tonic::Status;
 
+use crate::page_codec::Field;
 use crate::quote::usd;
 
 /// Routes in the catalog, `rte_001` to `rte_025`.
@@ -44,6 +54,25 @@ pub const MASK_PATHS: &[&str] = &[
     "routes.price.amount",
 ];
 
+/// Field numbers from `routing_service.proto` and `money.proto`, for encoding
+/// a page by hand. A test checks the result against prost's own encoding.
+mod tag {
+    // `ListRoutesResponse.routes` and `.next_page_token`.
+    pub const RESPONSE_ROUTES: u32 = 1;
+    pub const RESPONSE_NEXT_PAGE_TOKEN: u32 = 2;
+    // `Route.id`, `.legs` and `.price`.
+    pub const ROUTE_ID: u32 = 1;
+    pub const ROUTE_LEGS: u32 = 2;
+    pub const ROUTE_PRICE: u32 = 3;
+    // `Leg.origin`, `.destination` and `.carrier`.
+    pub const LEG_ORIGIN: u32 = 1;
+    pub const LEG_DESTINATION: u32 = 2;
+    pub const LEG_CARRIER: u32 = 3;
+    // `Money.currency` and `.amount`.
+    pub const MONEY_CURRENCY: u32 = 1;
+    pub const MONEY_AMOUNT: u32 = 2;
+}
+
 /// The immutable route catalog, shared by every call.
 #[derive(Debug, Clone)]
 pub struct Catalog {
@@ -69,25 +98,91 @@ impl Catalog {
         &self.routes
     }
 
-    /// Serves one page. Bad tokens and unknown mask paths are
+    /// Resolves a request to one page. Bad tokens and unknown mask paths are
     /// `INVALID_ARGUMENT`; `next_page_token` is returned whatever the mask.
-    pub fn list(&self, req: &ListRoutesRequest) -> Result<ListRoutesResponse, Status> {
+    pub fn page(self: &Arc<Self>, req: &ListRoutesRequest) -> Result<Page, Status> {
         let offset = parse_page_token(&req.page_token)?;
         let mask = RouteMask::parse(req.field_mask.as_ref().map_or(&[][..], |m| &m.paths))?;
         let end = (offset + page_size(req.page_size)).min(self.routes.len());
-        let routes = self.routes[offset..end]
-            .iter()
-            .map(|r| mask.apply(r))
-            .collect();
         let next_page_token = if end < self.routes.len() {
             end.to_string()
         } else {
             String::new()
         };
-        Ok(ListRoutesResponse {
-            routes,
+        Ok(Page {
+            catalog: Arc::clone(self),
+            routes: offset..end,
+            mask,
             next_page_token,
         })
+    }
+}
+
+/// One page of the catalog, ready to encode: a range of routes, the fields
+/// the mask keeps, and the next token. It holds the shared catalog, not a
+/// copy of it.
+#[derive(Clone)]
+pub struct Page {
+    catalog: Arc<Catalog>,
+    routes: Range<usize>,
+    mask: RouteMask,
+    next_page_token: String,
+}
+
+impl Page {
+    /// How many routes the page holds.
+    pub fn route_count(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// The token of the next page, empty on the last one.
+    pub fn next_page_token(&self) -> &str {
+        &self.next_page_token
+    }
+
+    /// The `ListRoutesResponse` as protobuf fields, in field-number order,
+    /// each string borrowed from the catalog.
+    pub fn fields(&self) -> Vec<Field<'_>> {
+        let routes = self.catalog.routes[self.routes.clone()]
+            .iter()
+            .map(|route| Field::Message(tag::RESPONSE_ROUTES, self.mask.fields(route)));
+        let token = Field::Text(tag::RESPONSE_NEXT_PAGE_TOKEN, &self.next_page_token);
+        routes.chain([token]).collect()
+    }
+
+    /// Bytes the page encodes to. Cheap: it adds up lengths and reads no text,
+    /// so a caller can size or budget a response before encoding it.
+    pub fn encoded_len(&self) -> usize {
+        self.fields().iter().map(Field::encoded_len).sum()
+    }
+
+    /// Writes the page's protobuf encoding: the same bytes prost would write
+    /// for the equivalent `ListRoutesResponse`.
+    pub fn encode(&self, buf: &mut impl BufMut) {
+        for field in self.fields() {
+            field.encode(buf);
+        }
+    }
+
+    /// The page as an owned message, decoded from its own encoding: what a
+    /// client receives. This copies every selected string; the server's
+    /// ListRoutes path never calls it.
+    pub fn to_message(&self) -> ListRoutesResponse {
+        let mut bytes = Vec::with_capacity(self.encoded_len());
+        self.encode(&mut bytes);
+        ListRoutesResponse::decode(bytes.as_slice())
+            .expect("a page encodes to a valid ListRoutesResponse")
+    }
+}
+
+/// The catalog is 5 MB of text: show what the page selects, not the routes.
+impl fmt::Debug for Page {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Page")
+            .field("routes", &self.routes)
+            .field("mask", &self.mask)
+            .field("next_page_token", &self.next_page_token)
+            .finish_non_exhaustive()
     }
 }
 
@@ -197,56 +292,115 @@ impl RouteMask {
         Ok(m)
     }
 
-    /// A copy of `route` holding only the selected fields. Legs are kept (as
-    /// empty messages if need be) whenever any leg field is selected, so the
-    /// number of legs stays visible.
-    fn apply(&self, route: &Route) -> Route {
-        let keep = |yes: bool, s: &String| if yes { s.clone() } else { String::new() };
-        let any_leg = self.leg_origin || self.leg_destination || self.leg_carrier;
-        let legs = if any_leg {
-            let leg = |l: &Leg| Leg {
-                origin: keep(self.leg_origin, &l.origin),
-                destination: keep(self.leg_destination, &l.destination),
-                carrier: keep(self.leg_carrier, &l.carrier),
-            };
-            route.legs.iter().map(leg).collect()
-        } else {
-            Vec::new()
-        };
+    /// The fields of `route` this mask keeps, borrowed, in field-number
+    /// order. A field that is not kept is an empty string, which proto3 leaves
+    /// off the wire. Legs are kept (as empty messages if need be) whenever any
+    /// leg field is selected, so the number of legs stays visible.
+    fn fields<'a>(&self, route: &'a Route) -> Vec<Field<'a>> {
+        let keep =
+            |yes: bool, tag: u32, text: &'a str| Field::Text(tag, if yes { text } else { "" });
+        let mut fields = vec![keep(self.id, tag::ROUTE_ID, &route.id)];
+        if self.leg_origin || self.leg_destination || self.leg_carrier {
+            fields.extend(route.legs.iter().map(|leg| {
+                let leg = vec![
+                    keep(self.leg_origin, tag::LEG_ORIGIN, &leg.origin),
+                    keep(self.leg_destination, tag::LEG_DESTINATION, &leg.destination),
+                    keep(self.leg_carrier, tag::LEG_CARRIER, &leg.carrier),
+                ];
+                Field::Message(tag::ROUTE_LEGS, leg)
+            }));
+        }
         let price = route
             .price
             .as_ref()
-            .filter(|_| self.price_currency || self.price_amount)
-            .map(|p| Money {
-                currency: keep(self.price_currency, &p.currency),
-                amount: keep(self.price_amount, &p.amount),
-            });
-        Route {
-            id: keep(self.id, &route.id),
-            legs,
-            price,
+            .filter(|_| self.price_currency || self.price_amount);
+        if let Some(price) = price {
+            let price = vec![
+                keep(self.price_currency, tag::MONEY_CURRENCY, &price.currency),
+                keep(self.price_amount, tag::MONEY_AMOUNT, &price.amount),
+            ];
+            fields.push(Field::Message(tag::ROUTE_PRICE, price));
         }
+        fields
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use prost::Message;
     use prost_types::FieldMask;
+    use routing_contracts::types::Money;
 
     use super::*;
 
     const MIB: usize = 1024 * 1024;
 
-    fn list(page_size: i32, page_token: &str, mask: &[&str]) -> Result<ListRoutesResponse, Status> {
+    fn request(page_size: i32, page_token: &str, mask: &[&str]) -> ListRoutesRequest {
         let field_mask = (!mask.is_empty()).then(|| FieldMask {
             paths: mask.iter().map(|p| (*p).to_owned()).collect(),
         });
-        Catalog::new().list(&ListRoutesRequest {
+        ListRoutesRequest {
             page_size,
             page_token: page_token.into(),
             field_mask,
-        })
+        }
+    }
+
+    /// The page as a client receives it: decoded from the served encoding.
+    fn list(page_size: i32, page_token: &str, mask: &[&str]) -> Result<ListRoutesResponse, Status> {
+        let page = Arc::new(Catalog::new()).page(&request(page_size, page_token, mask))?;
+        Ok(page.to_message())
+    }
+
+    /// The obvious way to serve `page`, kept as the reference for the encoder:
+    /// copy the fields the mask keeps into an owned `ListRoutesResponse`.
+    fn copied_response(page: &Page) -> ListRoutesResponse {
+        let mask = page.mask;
+        let keep = |yes: bool, s: &String| if yes { s.clone() } else { String::new() };
+        let copy = |route: &Route| Route {
+            id: keep(mask.id, &route.id),
+            legs: if mask.leg_origin || mask.leg_destination || mask.leg_carrier {
+                let leg = |l: &Leg| Leg {
+                    origin: keep(mask.leg_origin, &l.origin),
+                    destination: keep(mask.leg_destination, &l.destination),
+                    carrier: keep(mask.leg_carrier, &l.carrier),
+                };
+                route.legs.iter().map(leg).collect()
+            } else {
+                Vec::new()
+            },
+            price: route
+                .price
+                .as_ref()
+                .filter(|_| mask.price_currency || mask.price_amount)
+                .map(|p| Money {
+                    currency: keep(mask.price_currency, &p.currency),
+                    amount: keep(mask.price_amount, &p.amount),
+                }),
+        };
+        ListRoutesResponse {
+            routes: page.catalog.routes[page.routes.clone()]
+                .iter()
+                .map(copy)
+                .collect(),
+            next_page_token: page.next_page_token.clone(),
+        }
+    }
+
+    /// Encodes `page` straight from the catalog and checks it against prost's
+    /// encoding of the copied reference, without printing megabytes on failure.
+    fn assert_encodes_like_prost(page: &Page, case: &str) {
+        let expected = copied_response(page).encode_to_vec();
+        let mut served = Vec::new();
+        page.encode(&mut served);
+        assert_eq!(page.encoded_len(), expected.len(), "encoded_len, {case}");
+        if served != expected {
+            let first_difference = served.iter().zip(&expected).position(|(a, b)| a != b);
+            panic!(
+                "{case}: {} bytes served, {} expected, first difference at {first_difference:?}",
+                served.len(),
+                expected.len()
+            );
+        }
     }
 
     fn ids(resp: &ListRoutesResponse) -> Vec<&str> {
@@ -448,5 +602,76 @@ mod tests {
                 status.message()
             );
         }
+    }
+
+    /// Given every field mask (each subset of the six leaf paths, the empty
+    /// subset meaning no mask at all, plus the group paths) on pages of several
+    /// offsets and sizes, when a page is encoded straight from the catalog,
+    /// then its bytes and its `encoded_len` equal prost's encoding of the same
+    /// response built by copying. Then the same for every offset and size, on
+    /// masks small enough to keep the test fast.
+    #[test]
+    fn page_encoding_equals_prost_encoding_of_the_copied_response() {
+        let catalog = Arc::new(Catalog::new());
+        let leaves = [
+            "routes.id",
+            "routes.legs.origin",
+            "routes.legs.destination",
+            "routes.legs.carrier",
+            "routes.price.currency",
+            "routes.price.amount",
+        ];
+        let mut masks: Vec<Vec<&str>> = (0..1u32 << leaves.len())
+            .map(|bits| {
+                let chosen = leaves
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| bits & (1 << i) != 0);
+                chosen.map(|(_, path)| *path).collect()
+            })
+            .collect();
+        masks.push(vec!["routes"]);
+        masks.push(vec!["routes.legs", "routes.price"]);
+        for mask in &masks {
+            for (size, token) in [(0, ""), (25, ""), (1, "24"), (7, "10"), (-1, "22")] {
+                let page = catalog.page(&request(size, token, mask)).expect("valid");
+                assert_encodes_like_prost(
+                    &page,
+                    &format!("mask {mask:?}, size {size}, token {token:?}"),
+                );
+            }
+        }
+        for mask in [
+            &["routes.id"][..],
+            &["routes.price"],
+            &["routes.legs.origin"],
+        ] {
+            for offset in 0..ROUTE_COUNT {
+                let token = if offset == 0 {
+                    String::new()
+                } else {
+                    offset.to_string()
+                };
+                for size in 1..=25 {
+                    let page = catalog.page(&request(size, &token, mask)).expect("valid");
+                    assert_encodes_like_prost(
+                        &page,
+                        &format!("mask {mask:?}, size {size}, token {token:?}"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// A page's `encoded_len` is what the budget and the send cap see, so it
+    /// must be right before any byte is written: 5,002,495 for the full catalog.
+    #[test]
+    fn encoded_len_of_the_full_catalog_is_known_before_encoding() {
+        let page = Arc::new(Catalog::new())
+            .page(&request(25, "", &[]))
+            .expect("valid");
+        assert_eq!(page.encoded_len(), 5_002_495);
+        assert_eq!(page.route_count(), 25);
+        assert_eq!(page.next_page_token(), "");
     }
 }

@@ -9,7 +9,9 @@
 //! - [`knobs`]: every tuning knob, its default, unit and effect, and [`Config`].
 //! - [`quote`]: GetQuote validation and the pricing formula (pure).
 //! - [`catalog`]: the padded catalog, pagination and field masks (pure).
-//! - [`service`]: the gRPC adapter that maps both onto `Status` codes.
+//! - [`page_codec`]: encodes a ListRoutes page straight from the catalog.
+//! - [`service`]: the gRPC adapter that maps both onto `Status` codes, and
+//!   serves ListRoutes through `page_codec`.
 //! - [`compression`]: the tower layer that keeps GetQuote uncompressed.
 //! - [`connection`]: per-connection policies: the connection cap, accept
 //!   back-off, handshake timeout and the keepalive ping floor.
@@ -28,6 +30,7 @@ pub mod compression;
 pub mod connection;
 pub mod edge;
 pub mod knobs;
+pub mod page_codec;
 pub mod probe;
 pub mod quote;
 pub mod server;

@@ -17,16 +17,16 @@ use crate::{
     connection::{self, ConnectionPolicy},
     edge::{EdgeConfig, EdgeLayer},
     knobs::{Config, UNCOMPRESSED_METHODS},
-    service::RoutingApi,
+    service::{RoutingApi, RoutingServer},
 };
 
 /// Anything that stops the server from starting or serving.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The routing service with the chapter's message caps and compression.
-pub fn routing_service(config: &Config) -> RoutingServiceServer<RoutingApi> {
+pub fn routing_service(config: &Config) -> RoutingServer {
     let response_budget = ByteBudget::new("response budget", config.response_budget_bytes);
-    let service = RoutingServiceServer::new(RoutingApi::new(Catalog::new(), response_budget))
+    let service = RoutingServer::new(RoutingApi::new(Catalog::new(), response_budget))
         // Send cap: tonic's default is unlimited, so set it (see knobs).
         .max_encoding_message_size(config.max_send_bytes)
         // Receive cap: tonic's default is already 4 MiB; we state it anyway.

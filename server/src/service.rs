@@ -1,21 +1,38 @@
 //! The `RoutingService` implementation: a thin adapter from gRPC to the pure
 //! logic in [`crate::quote`] and [`crate::catalog`].
+//!
+//! [`RoutingServer`] is the service the server mounts. GetQuote goes to the
+//! generated server as usual. ListRoutes goes to [`RoutingApi::list_page`]
+//! through [`PageCodec`], so a page is encoded straight from the shared
+//! catalog instead of being copied into a `ListRoutesResponse` first.
 
-use std::sync::Arc;
+use std::{
+    convert::Infallible,
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+};
 
-use prost::Message;
-use routing_contracts::routing::routing_service_server::RoutingService;
+use routing_contracts::routing::routing_service_server::{
+    RoutingService, RoutingServiceServer, SERVICE_NAME,
+};
 use routing_contracts::routing::{
     GetQuoteRequest, GetQuoteResponse, ListRoutesRequest, ListRoutesResponse,
 };
-use tonic::{Request, Response, Status};
+use tonic::codec::{CompressionEncoding, EnabledCompressionEncodings};
+use tonic::server::{Grpc, NamedService};
+use tonic::{Request, Response, Status, body::Body};
+use tower::Service;
 
-use crate::{
-    budget::ByteBudget,
-    catalog::Catalog,
-    edge::{HeldResponse, response_budget_full},
-    quote,
-};
+use crate::budget::ByteBudget;
+use crate::catalog::{Catalog, Page};
+use crate::edge::{HeldResponse, response_budget_full};
+use crate::page_codec::PageCodec;
+use crate::quote;
+
+/// The gRPC path of ListRoutes, which [`RoutingServer`] serves itself.
+pub const LIST_ROUTES_PATH: &str = "/shipping.routing.v1.RoutingService/ListRoutes";
 
 /// Serves quotes and the shared, immutable catalog.
 #[derive(Debug, Clone)]
@@ -33,6 +50,34 @@ impl RoutingApi {
             response_budget,
         }
     }
+
+    /// ListRoutes as served: the page the request asks for, which shares the
+    /// catalog. Nothing is copied or encoded yet, but [`Page::encoded_len`]
+    /// already tells how many bytes the answer will take.
+    pub async fn list_page(
+        &self,
+        request: Request<ListRoutesRequest>,
+    ) -> Result<Response<Page>, Status> {
+        let page = self.catalog.page(request.get_ref())?;
+        // A page stays in memory until the client has read it: reserve its
+        // size, or refuse at once (see knobs::RESPONSE_BUDGET_BYTES).
+        let bytes = page.encoded_len();
+        let reservation = self
+            .response_budget
+            .try_reserve(bytes)
+            .ok_or_else(|| response_budget_full(&self.response_budget, bytes))?;
+        tracing::debug!(
+            routes = page.route_count(),
+            bytes,
+            next = %page.next_page_token(),
+            "listed"
+        );
+        let mut response = Response::new(page);
+        response
+            .extensions_mut()
+            .insert(HeldResponse(Arc::new(reservation)));
+        Ok(response)
+    }
 }
 
 #[tonic::async_trait]
@@ -46,23 +91,110 @@ impl RoutingService for RoutingApi {
         Ok(Response::new(GetQuoteResponse { quote: Some(quote) }))
     }
 
+    /// Reached only through a bare `RoutingServiceServer`: [`RoutingServer`]
+    /// sends ListRoutes to [`RoutingApi::list_page`]. Same page, as an owned
+    /// (copied) message.
     async fn list_routes(
         &self,
         request: Request<ListRoutesRequest>,
     ) -> Result<Response<ListRoutesResponse>, Status> {
-        let page = self.catalog.list(request.get_ref())?;
-        // A page stays in memory until the client has read it: reserve its
-        // size, or refuse at once (see knobs::RESPONSE_BUDGET_BYTES).
-        let bytes = page.encoded_len();
-        let reservation = self
-            .response_budget
-            .try_reserve(bytes)
-            .ok_or_else(|| response_budget_full(&self.response_budget, bytes))?;
-        tracing::debug!(routes = page.routes.len(), next = %page.next_page_token, bytes, "listed");
-        let mut response = Response::new(page);
-        response
-            .extensions_mut()
-            .insert(HeldResponse(Arc::new(reservation)));
-        Ok(response)
+        Ok(self.list_page(request).await?.map(|page| page.to_message()))
     }
+}
+
+/// `shipping.routing.v1.RoutingService` as the server mounts it: the
+/// generated server for GetQuote, and ListRoutes through [`PageCodec`] with
+/// the same compression and size caps.
+#[derive(Debug, Clone)]
+pub struct RoutingServer {
+    generated: RoutingServiceServer<RoutingApi>,
+    api: Arc<RoutingApi>,
+    accept_compression: EnabledCompressionEncodings,
+    send_compression: EnabledCompressionEncodings,
+    max_decoding_message_size: Option<usize>,
+    max_encoding_message_size: Option<usize>,
+}
+
+impl RoutingServer {
+    pub fn new(api: RoutingApi) -> Self {
+        let api = Arc::new(api);
+        Self {
+            generated: RoutingServiceServer::from_arc(Arc::clone(&api)),
+            api,
+            accept_compression: EnabledCompressionEncodings::default(),
+            send_compression: EnabledCompressionEncodings::default(),
+            max_decoding_message_size: None,
+            max_encoding_message_size: None,
+        }
+    }
+
+    /// Decompress requests with `encoding` (both methods).
+    #[must_use]
+    pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+        self.generated = self.generated.accept_compressed(encoding);
+        self.accept_compression.enable(encoding);
+        self
+    }
+
+    /// Compress responses with `encoding` when the client accepts it (both methods).
+    #[must_use]
+    pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+        self.generated = self.generated.send_compressed(encoding);
+        self.send_compression.enable(encoding);
+        self
+    }
+
+    /// Largest request message decoded, in bytes (both methods).
+    #[must_use]
+    pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+        self.generated = self.generated.max_decoding_message_size(limit);
+        self.max_decoding_message_size = Some(limit);
+        self
+    }
+
+    /// Largest response message encoded, in bytes (both methods).
+    #[must_use]
+    pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+        self.generated = self.generated.max_encoding_message_size(limit);
+        self.max_encoding_message_size = Some(limit);
+        self
+    }
+}
+
+/// What the server's router awaits for each call.
+type ResponseFuture =
+    Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infallible>> + Send + 'static>>;
+
+impl Service<http::Request<Body>> for RoutingServer {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        if request.uri().path() != LIST_ROUTES_PATH {
+            return self.generated.call(request);
+        }
+        // What the generated server does for each method, with PageCodec
+        // in place of prost's codec for the response.
+        let mut grpc = Grpc::new(PageCodec)
+            .apply_compression_config(self.accept_compression, self.send_compression)
+            .apply_max_message_size_config(
+                self.max_decoding_message_size,
+                self.max_encoding_message_size,
+            );
+        let api = Arc::clone(&self.api);
+        let list_page = tower::service_fn(move |request| {
+            let api = Arc::clone(&api);
+            async move { api.list_page(request).await }
+        });
+        Box::pin(async move { Ok(grpc.unary(list_page, request).await) })
+    }
+}
+
+impl NamedService for RoutingServer {
+    const NAME: &'static str = SERVICE_NAME;
 }
