@@ -145,7 +145,7 @@ pub struct Knobs {
     #[arg(long, default_value_t = 20_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub ping_max: u64,
 
-    /// End an attack early once the server's RSS passes this many MiB (local servers only).
+    /// End an attack early once the server's RSS has grown by this many MiB (local servers only).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..=65_536))]
     pub rss_guard_mib: u64,
 
@@ -309,7 +309,7 @@ fn report(
     }
     if usage.is_some_and(|u| u.guard_tripped) {
         notes.push(format!(
-            "ended early: server RSS passed the {} MiB guard (--rss-guard-mib)",
+            "ended early: server RSS grew by more than the {} MiB guard (--rss-guard-mib)",
             ctx.knobs.rss_guard_mib
         ));
     }
