@@ -183,7 +183,9 @@ async fn one_connection(
                     let mut t = tallies.lock().unwrap_or_else(|e| e.into_inner());
                     *t.ends.entry(end.label()).or_default() += 1;
                     match end {
-                        CallEnd::Grpc(_) | CallEnd::Http(_) if after <= FAST => {
+                        CallEnd::Grpc(_) | CallEnd::Http(_) | CallEnd::HttpGrpc { .. }
+                            if after <= FAST =>
+                        {
                             *t.fast_statuses.entry(end.label()).or_default() += 1;
                         }
                         CallEnd::HeadersOnly | CallEnd::Pending => {}
