@@ -149,6 +149,11 @@ pub struct Knobs {
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..=65_536))]
     pub rss_guard_mib: u64,
 
+    /// Seconds to wait for the server to serve a GetQuote before each attack
+    /// (after an earlier attack it may be busy finishing abandoned work).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub recovery_secs: u64,
+
     /// Probe GetQuote calls per second during each attack.
     #[arg(long, default_value_t = crate::probe::PROBE_RATE, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub probe_rate: u32,
@@ -232,11 +237,6 @@ pub struct Report {
     pub note: Option<String>,
 }
 
-/// How long to wait for the server to serve the probe's first GetQuote
-/// before an attack: 30 s. After an attack on an unprotected server it may
-/// be busy finishing abandoned work for a while.
-pub const RECOVERY_LIMIT: Duration = Duration::from_secs(30);
-
 /// Runs one attack between a monitor and a probe, and builds its line.
 pub async fn run(attack: Attack, ctx: &Context) -> Result<Report, Error> {
     let (knobs, server) = (&ctx.knobs, &ctx.server);
@@ -262,6 +262,7 @@ pub async fn run(attack: Attack, ctx: &Context) -> Result<Report, Error> {
 }
 
 async fn start_probe(ctx: &Context) -> Result<Probe, Error> {
+    let limit = Duration::from_secs(ctx.knobs.recovery_secs);
     let started = Instant::now();
     loop {
         match Probe::start(
@@ -280,15 +281,14 @@ async fn start_probe(ctx: &Context) -> Result<Probe, Error> {
                 }
                 return Ok(probe);
             }
-            Err(e) if started.elapsed() < RECOVERY_LIMIT => {
+            Err(e) if started.elapsed() < limit => {
                 tracing::info!("waiting for the server to serve GetQuote: {e}");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => {
-                return Err(format!(
-                    "the server did not serve GetQuote within {RECOVERY_LIMIT:?}: {e}"
-                )
-                .into());
+                return Err(
+                    format!("the server did not serve GetQuote within {limit:?}: {e}").into(),
+                );
             }
         }
     }
