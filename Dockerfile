@@ -20,6 +20,7 @@ FROM ${RUST_IMAGE} AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY contracts contracts
+COPY frames frames
 COPY server server
 COPY clients clients
 COPY harness harness

@@ -16,13 +16,10 @@
 //!   the sample quote request.
 //! - [`wire`]: a connector that counts connections and bytes on the wire, so
 //!   every number a client prints was measured.
-//! - [`frames`]: the HTTP/2 frame-header tracker behind the connector's PING
-//!   counts and the GOAWAY it records (tonic reports neither).
 //! - [`relay`]: a loopback TCP relay that can go silent, to play a dead peer.
 //! - [`output`]: one JSON line on stdout, diagnostics on stderr.
 
 pub mod baseline;
-pub mod frames;
 pub mod output;
 pub mod relay;
 pub mod target;

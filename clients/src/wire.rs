@@ -32,7 +32,11 @@ use tokio::{
     sync::watch,
 };
 
-use crate::frames::{Frame, FrameTracker, GoAway};
+use h2_frames::{Frame, FrameTracker, GoAway, flag, kind};
+
+/// GOAWAY payload bytes kept: the 8 fixed bytes and up to 256 bytes of
+/// debug data, enough for any reason a server gives.
+const GOAWAY_KEPT_BYTES: usize = 8 + 256;
 
 /// Counters shared by every connection a [`CountingConnector`] opens.
 #[derive(Debug)]
@@ -167,7 +171,7 @@ impl tower::Service<Uri> for CountingConnector {
             Ok(TokioIo::new(CountingStream {
                 inner: stream,
                 counters,
-                inbound: FrameTracker::server_to_client(),
+                inbound: FrameTracker::server_to_client().keeping(kind::GOAWAY, GOAWAY_KEPT_BYTES),
                 outbound: FrameTracker::client_to_server(),
                 pings_sent: 0,
             }))
@@ -200,23 +204,28 @@ impl AsyncRead for CountingStream {
             .bytes_read
             .fetch_add(read.len() as u64, Ordering::Relaxed);
         let this = &mut *self;
-        this.inbound.observe(read, |frame| match frame {
-            Frame::Ping { ack: false } => {
-                this.counters.pings_received.fetch_add(1, Ordering::Relaxed);
-            }
-            Frame::Ping { ack: true } => {}
-            Frame::GoAway(frame) => {
-                tracing::debug!(?frame, "GOAWAY received");
-                let received = GoAwayReceived {
-                    frame,
-                    pings_sent_before: this.pings_sent,
-                };
-                // Keep the first: a later one (e.g. at close) must not hide it.
-                this.counters
-                    .goaway
-                    .send_if_modified(|first| first.is_none() && first.replace(received).is_none());
-            }
-        });
+        let (counters, pings_sent) = (&this.counters, this.pings_sent);
+        this.inbound
+            .feed(read, |frame: Frame<'_>| match frame.header.kind {
+                kind::PING if !frame.header.has(flag::ACK) => {
+                    counters.pings_received.fetch_add(1, Ordering::Relaxed);
+                }
+                kind::GOAWAY => {
+                    let Some(frame) = GoAway::parse(frame.kept) else {
+                        return;
+                    };
+                    tracing::debug!(?frame, "GOAWAY received");
+                    let received = GoAwayReceived {
+                        frame,
+                        pings_sent_before: pings_sent,
+                    };
+                    // Keep the first: a later one (e.g. at close) must not hide it.
+                    counters.goaway.send_if_modified(|first| {
+                        first.is_none() && first.replace(received).is_none()
+                    });
+                }
+                _ => {}
+            });
         polled
     }
 }
@@ -273,8 +282,8 @@ impl CountingStream {
             let taken = left.min(buf.len());
             left -= taken;
             let (counters, pings_sent) = (&self.counters, &mut self.pings_sent);
-            self.outbound.observe(&buf[..taken], |frame| {
-                if frame == (Frame::Ping { ack: false }) {
+            self.outbound.feed(&buf[..taken], |frame: Frame<'_>| {
+                if frame.header.kind == kind::PING && !frame.header.has(flag::ACK) {
                     *pings_sent += 1;
                     counters.pings_sent.fetch_add(1, Ordering::Relaxed);
                 }
@@ -354,7 +363,7 @@ pub(crate) mod tests {
     /// sent, one received, and reports the GOAWAY with the two PINGs before it.
     #[tokio::test]
     async fn sees_pings_and_the_goaway_through_split_reads() {
-        use crate::frames::{CLIENT_PREFACE, ENHANCE_YOUR_CALM};
+        use h2_frames::{PREFACE as CLIENT_PREFACE, error_code::ENHANCE_YOUR_CALM};
 
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");

@@ -5,7 +5,7 @@
 //!   (above the cap a new connection is closed at once) and backs off on
 //!   accept errors such as `EMFILE` instead of spinning.
 //! - [`Connection`] wraps each accepted stream and watches its frames in
-//!   both directions ([`crate::frames`]):
+//!   both directions with [`h2_frames::FrameTracker`]:
 //!   - **handshake timeout**: no preface and SETTINGS in time, closed;
 //!   - **ping floor** ([`PingPolicy`]): the third PING strike gets GOAWAY
 //!     `ENHANCE_YOUR_CALM` `too_many_pings`, written between two outgoing
@@ -33,15 +33,13 @@ use tokio::{
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 
-use crate::frames::{FrameHeader, FrameTracker, error_code, flag, goaway, kind};
 use crate::knobs::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, FD_HEADROOM, MAX_PING_STRIKES};
+use h2_frames::{Frame, FrameTracker, GoAway, flag, kind};
 
 /// A ping this much sooner than the floor is still on time: timers and
 /// networks jitter by milliseconds, and a client that pings exactly at the
 /// floor must never be punished for it.
 const PING_FLOOR_TOLERANCE: Duration = Duration::from_millis(100);
-/// The GOAWAY debug data gRPC clients look for (gRFC A8).
-const TOO_MANY_PINGS: &[u8] = b"too_many_pings";
 
 /// The rules every connection is held to.
 #[derive(Debug, Clone, Copy)]
@@ -334,36 +332,34 @@ impl Connection {
             info,
             ..
         } = self;
-        inbound.feed(bytes, |h: FrameHeader| match h.kind {
-            kind::HEADERS if h.stream_id > *last_stream_id => {
-                *last_stream_id = h.stream_id;
-                open_streams.insert(h.stream_id);
-            }
-            kind::RST_STREAM => {
-                open_streams.remove(&h.stream_id);
-            }
-            kind::PING if !h.has(flag::ACK) => {
-                match pings.on_ping(Instant::now(), !open_streams.is_empty()) {
-                    PingVerdict::Fine => {}
-                    PingVerdict::Strike(n) => {
-                        tracing::debug!(peer = %info.remote_addr, strikes = n, "ping strike");
-                    }
-                    PingVerdict::TooMany => {
-                        if matches!(pending, Goaway::None) {
+        inbound.feed(bytes, |frame: Frame<'_>| {
+            let h = frame.header;
+            match h.kind {
+                kind::HEADERS if h.stream_id > *last_stream_id => {
+                    *last_stream_id = h.stream_id;
+                    open_streams.insert(h.stream_id);
+                }
+                kind::RST_STREAM => {
+                    open_streams.remove(&h.stream_id);
+                }
+                kind::PING if !h.has(flag::ACK) => {
+                    match pings.on_ping(Instant::now(), !open_streams.is_empty()) {
+                        PingVerdict::Fine => {}
+                        PingVerdict::Strike(n) => {
+                            tracing::debug!(peer = %info.remote_addr, strikes = n, "ping strike");
+                        }
+                        PingVerdict::TooMany if matches!(pending, Goaway::None) => {
                             tracing::warn!(peer = %info.remote_addr, "too many pings: GOAWAY ENHANCE_YOUR_CALM too_many_pings");
                             *pending = Goaway::Pending {
-                                frame: goaway(
-                                    *last_stream_id,
-                                    error_code::ENHANCE_YOUR_CALM,
-                                    TOO_MANY_PINGS,
-                                ),
+                                frame: GoAway::too_many_pings(*last_stream_id).encode(),
                                 written: 0,
                             };
                         }
+                        PingVerdict::TooMany => {}
                     }
                 }
+                _ => {}
             }
-            _ => {}
         });
         if self.handshake.is_some() && self.inbound.frames_done() > 0 {
             self.handshake = None;
@@ -378,17 +374,20 @@ impl Connection {
             open_streams,
             ..
         } = self;
-        outbound.feed(bytes, |h: FrameHeader| match h.kind {
-            kind::HEADERS | kind::DATA => {
-                pings.on_headers_or_data_sent();
-                if h.has(flag::END_STREAM) {
+        outbound.feed(bytes, |frame: Frame<'_>| {
+            let h = frame.header;
+            match h.kind {
+                kind::HEADERS | kind::DATA => {
+                    pings.on_headers_or_data_sent();
+                    if h.has(flag::END_STREAM) {
+                        open_streams.remove(&h.stream_id);
+                    }
+                }
+                kind::RST_STREAM => {
                     open_streams.remove(&h.stream_id);
                 }
+                _ => {}
             }
-            kind::RST_STREAM => {
-                open_streams.remove(&h.stream_id);
-            }
-            _ => {}
         });
     }
 

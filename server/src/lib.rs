@@ -13,7 +13,6 @@
 //! - [`compression`]: the tower layer that keeps GetQuote uncompressed.
 //! - [`connection`]: per-connection policies: the connection cap, accept
 //!   back-off, handshake timeout and the keepalive ping floor.
-//! - [`frames`]: the HTTP/2 frame-header tracker those policies watch with.
 //! - [`edge`]: per-call guards: HTTP 415 for non-gRPC requests, request
 //!   deadline and budget, response budget and send deadline.
 //! - [`budget`]: the server-wide byte budgets behind them.
@@ -28,7 +27,6 @@ pub mod catalog;
 pub mod compression;
 pub mod connection;
 pub mod edge;
-pub mod frames;
 pub mod knobs;
 pub mod probe;
 pub mod quote;

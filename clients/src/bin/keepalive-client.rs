@@ -33,9 +33,10 @@
 use std::{future::Future, process::ExitCode, time::Duration};
 
 use clap::Parser;
+use h2_frames::error_code;
 use routing_clients::{
-    Baseline, CountingConnector, Error, SilentRelay, finish, frames::error_code_name, init_tracing,
-    rpc_error, sample_quote_request, seconds,
+    Baseline, CountingConnector, Error, SilentRelay, finish, init_tracing, rpc_error,
+    sample_quote_request, seconds,
 };
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use serde::Serialize;
@@ -369,11 +370,11 @@ async fn ping_floor_phase(args: &Args) -> Result<PingFloorReport, Error> {
     Ok(match goaway {
         Ok(goaway) => {
             let debug_data = String::from_utf8_lossy(&goaway.frame.debug_data);
-            tracing::info!(code = error_code_name(goaway.frame.error_code), %debug_data, "GOAWAY");
+            tracing::info!(code = error_code::name(goaway.frame.error_code), %debug_data, "GOAWAY");
             let outcome = if goaway.frame.is_too_many_pings() {
                 "TOO_MANY_PINGS".to_string()
             } else {
-                format!("GOAWAY_{}", error_code_name(goaway.frame.error_code))
+                format!("GOAWAY_{}", error_code::name(goaway.frame.error_code))
             };
             PingFloorReport {
                 ping_floor: outcome,

@@ -1,0 +1,436 @@
+//! HTTP/2 framing, just enough to watch a connection go by (RFC 9113 §3.4
+//! and §4.1): the 24-byte client preface, then frames that each start with a
+//! 9-byte header (length, type, flags, stream id).
+//!
+//! [`FrameTracker`] follows one direction of a connection across reads split
+//! anywhere, reports each frame as it completes, and skips payloads by
+//! arithmetic, so watching costs nothing per byte. It keeps the payload of
+//! one kind of frame only if asked (the clients keep GOAWAY's debug data).
+//!
+//! Two users share it:
+//! - the server's connection policies (`server/src/connection.rs`) police
+//!   PINGs and write a GOAWAY only between two outgoing frames;
+//! - the clients' counting connector (`clients/src/wire.rs`) counts PINGs and
+//!   reads the GOAWAY tonic never shows its caller.
+
+/// What every HTTP/2 client sends first.
+pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// Every frame starts with a header of this many bytes.
+pub const HEADER_LEN: usize = 9;
+
+/// Frame types (RFC 9113 §6).
+pub mod kind {
+    pub const DATA: u8 = 0x0;
+    pub const HEADERS: u8 = 0x1;
+    pub const RST_STREAM: u8 = 0x3;
+    pub const SETTINGS: u8 = 0x4;
+    pub const PING: u8 = 0x6;
+    pub const GOAWAY: u8 = 0x7;
+}
+
+/// Flag bits, which mean different things for different frame types.
+pub mod flag {
+    /// DATA and HEADERS: the sender's last frame on this stream.
+    pub const END_STREAM: u8 = 0x1;
+    /// PING and SETTINGS: this frame answers the peer's.
+    pub const ACK: u8 = 0x1;
+}
+
+/// GOAWAY and RST_STREAM error codes (RFC 9113 §7).
+pub mod error_code {
+    /// "The endpoint detected that its peer is exhibiting a behavior that
+    /// might be generating excessive load."
+    pub const ENHANCE_YOUR_CALM: u32 = 0xb;
+
+    const NAMES: [&str; 14] = [
+        "NO_ERROR",
+        "PROTOCOL_ERROR",
+        "INTERNAL_ERROR",
+        "FLOW_CONTROL_ERROR",
+        "SETTINGS_TIMEOUT",
+        "STREAM_CLOSED",
+        "FRAME_SIZE_ERROR",
+        "REFUSED_STREAM",
+        "CANCEL",
+        "COMPRESSION_ERROR",
+        "CONNECT_ERROR",
+        "ENHANCE_YOUR_CALM",
+        "INADEQUATE_SECURITY",
+        "HTTP_1_1_REQUIRED",
+    ];
+
+    /// The RFC's name for a code, e.g. `ENHANCE_YOUR_CALM`; hex if unknown.
+    pub fn name(code: u32) -> String {
+        usize::try_from(code)
+            .ok()
+            .and_then(|i| NAMES.get(i))
+            .map_or_else(|| format!("0x{code:x}"), |name| (*name).to_string())
+    }
+}
+
+/// One frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// Payload length in bytes (24 bits).
+    pub len: u32,
+    pub kind: u8,
+    pub flags: u8,
+    /// Stream identifier (31 bits; 0 for the connection itself).
+    pub stream_id: u32,
+}
+
+impl FrameHeader {
+    fn parse(b: &[u8; HEADER_LEN]) -> Self {
+        Self {
+            len: u32::from_be_bytes([0, b[0], b[1], b[2]]),
+            kind: b[3],
+            flags: b[4],
+            stream_id: u32::from_be_bytes([b[5], b[6], b[7], b[8]]) & 0x7fff_ffff,
+        }
+    }
+
+    pub fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+}
+
+/// A frame the tracker has seen in full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame<'a> {
+    pub header: FrameHeader,
+    /// The start of the payload, for the kind the tracker keeps
+    /// ([`FrameTracker::keeping`]); empty for every other kind.
+    pub kept: &'a [u8],
+}
+
+/// Follows one direction of an HTTP/2 connection byte by byte.
+#[derive(Debug, Clone, Default)]
+pub struct FrameTracker {
+    /// Preface bytes still expected (client-to-server direction only).
+    preface_left: usize,
+    /// The frame header being collected, possibly across several reads.
+    header: [u8; HEADER_LEN],
+    header_filled: usize,
+    /// The current frame's header, once complete.
+    current: Option<FrameHeader>,
+    /// Payload bytes of the current frame not seen yet.
+    payload_left: usize,
+    /// Frames seen in full, header and payload.
+    frames_done: u64,
+    /// Which kind of frame to keep the payload of, and at most how much.
+    keep: Option<(u8, usize)>,
+    kept: Vec<u8>,
+}
+
+impl FrameTracker {
+    /// The client-to-server direction, which starts with [`PREFACE`].
+    pub fn client_to_server() -> Self {
+        Self {
+            preface_left: PREFACE.len(),
+            ..Self::default()
+        }
+    }
+
+    /// The server-to-client direction, which starts with a frame.
+    pub fn server_to_client() -> Self {
+        Self::default()
+    }
+
+    /// Also keeps up to `at_most` payload bytes of every frame of `kind`,
+    /// handed over in [`Frame::kept`].
+    pub fn keeping(mut self, kind: u8, at_most: usize) -> Self {
+        self.keep = Some((kind, at_most));
+        self
+    }
+
+    /// Frames seen in full so far. After the preface the first frame must be
+    /// SETTINGS, so 1 means the peer's handshake has arrived.
+    pub fn frames_done(&self) -> u64 {
+        self.frames_done
+    }
+
+    /// True between two frames: the next byte starts a frame header.
+    pub fn at_boundary(&self) -> bool {
+        self.preface_left == 0 && self.header_filled == 0 && self.current.is_none()
+    }
+
+    /// Follows `bytes` and calls `on_frame` for every frame completed.
+    pub fn feed(&mut self, mut bytes: &[u8], mut on_frame: impl FnMut(Frame<'_>)) {
+        while !bytes.is_empty() {
+            let (used, completed) = self.step(bytes);
+            bytes = &bytes[used..];
+            if let Some(header) = completed {
+                on_frame(Frame {
+                    header,
+                    kept: &self.kept,
+                });
+                self.kept.clear();
+            }
+        }
+    }
+
+    /// How many leading bytes of `bytes` finish the current frame: 0 at a
+    /// boundary, all of them if the frame goes on past their end.
+    pub fn until_boundary(&self, bytes: &[u8]) -> usize {
+        let mut ahead = Self {
+            keep: None,
+            kept: Vec::new(),
+            ..self.clone()
+        };
+        let mut used = 0;
+        while !ahead.at_boundary() && used < bytes.len() {
+            used += ahead.step(&bytes[used..]).0;
+        }
+        used
+    }
+
+    /// Consumes one piece: part of the preface, of a header, or of a
+    /// payload. Returns the bytes used, and the header of a frame it completed.
+    fn step(&mut self, bytes: &[u8]) -> (usize, Option<FrameHeader>) {
+        if self.preface_left > 0 {
+            let used = self.preface_left.min(bytes.len());
+            self.preface_left -= used;
+            return (used, None);
+        }
+        if let Some(header) = self.current {
+            let used = self.payload_left.min(bytes.len());
+            if let Some((kind, at_most)) = self.keep
+                && kind == header.kind
+            {
+                let room = at_most.saturating_sub(self.kept.len());
+                self.kept.extend_from_slice(&bytes[..used.min(room)]);
+            }
+            self.payload_left -= used;
+            return (used, self.finish_if_done());
+        }
+        let used = (HEADER_LEN - self.header_filled).min(bytes.len());
+        self.header[self.header_filled..self.header_filled + used].copy_from_slice(&bytes[..used]);
+        self.header_filled += used;
+        if self.header_filled < HEADER_LEN {
+            return (used, None);
+        }
+        self.header_filled = 0;
+        let header = FrameHeader::parse(&self.header);
+        self.current = Some(header);
+        self.payload_left = header.len as usize;
+        (used, self.finish_if_done())
+    }
+
+    fn finish_if_done(&mut self) -> Option<FrameHeader> {
+        if self.payload_left > 0 {
+            return None;
+        }
+        self.frames_done += 1;
+        self.current.take()
+    }
+}
+
+/// A GOAWAY: no new streams above `last_stream_id`, `error_code` says why,
+/// and `debug_data` says it in words other stacks understand (`too_many_pings`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoAway {
+    pub last_stream_id: u32,
+    pub error_code: u32,
+    pub debug_data: Vec<u8>,
+}
+
+impl GoAway {
+    /// The debug data gRPC clients look for (gRFC A8).
+    pub const TOO_MANY_PINGS: &'static [u8] = b"too_many_pings";
+
+    /// What gRPC servers send a client that pings too often.
+    pub fn too_many_pings(last_stream_id: u32) -> Self {
+        Self {
+            last_stream_id,
+            error_code: error_code::ENHANCE_YOUR_CALM,
+            debug_data: Self::TOO_MANY_PINGS.to_vec(),
+        }
+    }
+
+    pub fn is_too_many_pings(&self) -> bool {
+        self.error_code == error_code::ENHANCE_YOUR_CALM && self.debug_data == Self::TOO_MANY_PINGS
+    }
+
+    /// Reads a GOAWAY payload (header excluded); `None` if it is too short.
+    pub fn parse(payload: &[u8]) -> Option<Self> {
+        let word = |at: usize| -> Option<u32> {
+            Some(u32::from_be_bytes(
+                payload.get(at..at + 4)?.try_into().ok()?,
+            ))
+        };
+        Some(Self {
+            last_stream_id: word(0)? & 0x7fff_ffff,
+            error_code: word(4)?,
+            debug_data: payload[8..].to_vec(),
+        })
+    }
+
+    /// The whole frame, header included, ready to write.
+    pub fn encode(&self) -> Vec<u8> {
+        let len = u32::try_from(8 + self.debug_data.len()).expect("debug data is short");
+        let mut frame = Vec::with_capacity(HEADER_LEN + 8 + self.debug_data.len());
+        frame.extend_from_slice(&len.to_be_bytes()[1..]);
+        frame.extend_from_slice(&[kind::GOAWAY, 0, 0, 0, 0, 0]);
+        frame.extend_from_slice(&(self.last_stream_id & 0x7fff_ffff).to_be_bytes());
+        frame.extend_from_slice(&self.error_code.to_be_bytes());
+        frame.extend_from_slice(&self.debug_data);
+        frame
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
+        let len = u32::try_from(payload.len()).expect("small payload");
+        let mut f = len.to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags]);
+        f.extend_from_slice(&stream_id.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// A client's opening: preface, SETTINGS, HEADERS on stream 1, a PING,
+    /// a PING ack, and a GOAWAY whose debug data is longer than kept.
+    fn client_opening() -> Vec<u8> {
+        let mut bytes = PREFACE.to_vec();
+        bytes.extend(frame(kind::SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0]));
+        bytes.extend(frame(kind::HEADERS, 0x4, 1, &[0x82; 20]));
+        bytes.extend(frame(kind::PING, 0, 0, &[7; 8]));
+        bytes.extend(frame(kind::PING, flag::ACK, 0, &[9; 8]));
+        bytes.extend(GoAway::too_many_pings(1).encode());
+        bytes
+    }
+
+    /// (kind, flags, stream, kept payload) of every frame seen.
+    type Seen = Vec<(u8, u8, u32, Vec<u8>)>;
+
+    fn frames_seen(tracker: &mut FrameTracker, pieces: &[&[u8]]) -> Seen {
+        let mut seen = Vec::new();
+        for piece in pieces {
+            tracker.feed(piece, |f| {
+                let h = f.header;
+                seen.push((h.kind, h.flags, h.stream_id, f.kept.to_vec()));
+            });
+        }
+        seen
+    }
+
+    fn keeping_goaway() -> FrameTracker {
+        FrameTracker::client_to_server().keeping(kind::GOAWAY, 12)
+    }
+
+    #[test]
+    fn reads_preface_then_frames_keeping_only_what_was_asked() {
+        let bytes = client_opening();
+        let mut tracker = keeping_goaway();
+        let seen = frames_seen(&mut tracker, &[&bytes]);
+        let goaway_start = [0, 0, 0, 1, 0, 0, 0, 0xb, b't', b'o', b'o', b'_'].to_vec();
+        assert_eq!(
+            seen,
+            [
+                (kind::SETTINGS, 0, 0, vec![]),
+                (kind::HEADERS, 0x4, 1, vec![]),
+                (kind::PING, 0, 0, vec![]),
+                (kind::PING, flag::ACK, 0, vec![]),
+                (kind::GOAWAY, 0, 0, goaway_start),
+            ]
+        );
+        assert_eq!(tracker.frames_done(), 5);
+        assert!(tracker.at_boundary());
+    }
+
+    /// Given the same bytes cut at every possible place, and cut into single
+    /// bytes, then the tracker reports exactly the same frames.
+    #[test]
+    fn splits_anywhere_give_the_same_frames() {
+        let bytes = client_opening();
+        let whole = frames_seen(&mut keeping_goaway(), &[&bytes]);
+        for cut in 0..=bytes.len() {
+            let (a, b) = bytes.split_at(cut);
+            let split = frames_seen(&mut keeping_goaway(), &[a, b]);
+            assert_eq!(split, whole, "cut at {cut}");
+        }
+        let singles: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(frames_seen(&mut keeping_goaway(), &singles), whole);
+    }
+
+    #[test]
+    fn payload_bytes_are_never_taken_for_frames() {
+        // A DATA payload that looks exactly like a PING frame.
+        let mut bytes = frame(kind::DATA, 0, 1, &frame(kind::PING, 0, 0, &[0; 8]));
+        bytes.extend(frame(kind::PING, flag::ACK, 0, &[0; 8]));
+        let seen = frames_seen(&mut FrameTracker::server_to_client(), &[&bytes]);
+        let kinds: Vec<u8> = seen.iter().map(|s| s.0).collect();
+        assert_eq!(kinds, [kind::DATA, kind::PING]);
+    }
+
+    #[test]
+    fn handshake_counts_once_settings_is_complete() {
+        let bytes = client_opening();
+        let settings_end = PREFACE.len() + HEADER_LEN + 6;
+        let mut tracker = FrameTracker::client_to_server();
+        tracker.feed(&bytes[..settings_end - 1], |_| {});
+        assert_eq!(
+            tracker.frames_done(),
+            0,
+            "SETTINGS payload is one byte short"
+        );
+        tracker.feed(&bytes[settings_end - 1..settings_end], |_| {});
+        assert_eq!(tracker.frames_done(), 1);
+    }
+
+    /// Given a writer stopped in the middle of a frame, the distance to the
+    /// next boundary is exactly what is left of that frame, wherever the
+    /// stop was, header or payload.
+    #[test]
+    fn until_boundary_finishes_the_current_frame_only() {
+        let data = frame(kind::DATA, 0, 1, &[1; 100]);
+        let mut bytes = data.clone();
+        bytes.extend(frame(kind::HEADERS, flag::END_STREAM, 1, &[2; 10]));
+
+        let fresh = FrameTracker::server_to_client();
+        assert!(fresh.at_boundary());
+        assert_eq!(fresh.until_boundary(&bytes), 0);
+        for written in 1..data.len() {
+            let mut tracker = FrameTracker::server_to_client();
+            tracker.feed(&bytes[..written], |_| {});
+            assert!(!tracker.at_boundary(), "{written}");
+            let rest = &bytes[written..];
+            assert_eq!(
+                tracker.until_boundary(rest),
+                data.len() - written,
+                "{written}"
+            );
+            // A shorter buffer than the frame's rest is used in full.
+            assert_eq!(tracker.until_boundary(&rest[..1]), 1);
+        }
+    }
+
+    #[test]
+    fn goaway_encodes_and_parses_back() {
+        let goaway = GoAway::too_many_pings(7);
+        let bytes = goaway.encode();
+        let mut seen = Vec::new();
+        FrameTracker::server_to_client()
+            .keeping(kind::GOAWAY, 64)
+            .feed(&bytes, |f| seen.push((f.header, GoAway::parse(f.kept))));
+        let header = FrameHeader {
+            len: 8 + 14,
+            kind: kind::GOAWAY,
+            flags: 0,
+            stream_id: 0,
+        };
+        assert_eq!(seen, [(header, Some(goaway.clone()))]);
+        assert!(goaway.is_too_many_pings());
+        assert_eq!(GoAway::parse(&bytes[HEADER_LEN..HEADER_LEN + 7]), None);
+    }
+
+    #[test]
+    fn names_error_codes() {
+        assert_eq!(error_code::name(0xb), "ENHANCE_YOUR_CALM");
+        assert_eq!(error_code::name(0), "NO_ERROR");
+        assert_eq!(error_code::name(0x42), "0x42");
+    }
+}
