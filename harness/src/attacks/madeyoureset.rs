@@ -64,10 +64,6 @@ pub const RESET_WAIT: Duration = Duration::from_secs(1);
 /// server resetting a single one: the server does not fall for the trick.
 const GIVE_UP_AFTER: u32 = 10;
 
-/// After the last stream, how long to keep reading for the server's last
-/// RST_STREAMs and a GOAWAY: 2 s.
-const LINGER: Duration = Duration::from_secs(2);
-
 /// One connection's counts, shared with the task that reports them, so an
 /// attack ended early by the memory guard still reports what it did.
 #[derive(Debug, Default)]
@@ -124,13 +120,8 @@ pub async fn run(ctx: &Context, tripped: impl Future<Output = ()>) -> Result<Fin
         };
         connections.spawn(one_connection(shape, counts, seen));
     }
-    let all_done = async { while connections.join_next().await.is_some() {} };
-    let guard_tripped = tokio::select! {
-        () = all_done => false,
-        () = tripped => true,
-    };
-    connections.abort_all();
-    while connections.join_next().await.is_some() {}
+    // Dropping the tasks drops their connections: nothing outlives the attack.
+    let guard_tripped = super::join_unless_tripped(&mut connections, tripped).await;
 
     let mut d = Details {
         connections: knobs.reset_conns,
@@ -251,10 +242,7 @@ async fn one_connection(shape: Shape, counts: Shared<ConnCounts>, seen: Shared<F
         Some(events_tx),
         started,
     ));
-    let goaway_or_closed = || {
-        let seen = lock(&seen);
-        seen.goaway.is_some() || seen.closed_after_s.is_some()
-    };
+    let goaway_or_closed = || lock(&seen).ended();
 
     // Streams still open: id -> when the trigger was sent (None: not yet).
     let mut open: HashMap<u32, Option<Instant>> = HashMap::new();
@@ -335,9 +323,6 @@ async fn one_connection(shape: Shape, counts: Shared<ConnCounts>, seen: Shared<F
         }
     }
     // Read what the server still has to say, then close.
-    let linger_until = Instant::now() + LINGER;
-    while Instant::now() < linger_until && !goaway_or_closed() {
-        tokio::time::sleep(POLL).await;
-    }
+    super::linger(&seen).await;
     watcher.abort();
 }

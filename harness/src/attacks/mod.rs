@@ -15,12 +15,13 @@ pub mod stall;
 
 use std::{
     collections::BTreeMap,
+    future::Future,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use serde::Serialize;
-use tokio::{net::tcp::OwnedReadHalf, sync::mpsc, time::Instant};
+use tokio::{net::tcp::OwnedReadHalf, sync::mpsc, task::JoinSet, time::Instant};
 
 use crate::{
     Error,
@@ -437,6 +438,42 @@ pub async fn watch_frames(
     seen.lock()
         .unwrap_or_else(|e| e.into_inner())
         .closed_after_s = Some(secs(started.elapsed()));
+}
+
+/// Waits for every task in `set`, unless `tripped` (the memory guard)
+/// resolves first; then aborts what is left, which drops its connections.
+/// Returns true if the guard ended the wait.
+pub async fn join_unless_tripped<T: 'static>(
+    set: &mut JoinSet<T>,
+    tripped: impl Future<Output = ()>,
+) -> bool {
+    let all_done = async { while set.join_next().await.is_some() {} };
+    let guard_tripped = tokio::select! {
+        () = all_done => false,
+        () = tripped => true,
+    };
+    set.abort_all();
+    while set.join_next().await.is_some() {}
+    guard_tripped
+}
+
+/// After a raw attack's last frame, how long to keep reading for the
+/// server's last answers (acks, resets, a GOAWAY): 2 s.
+pub const LINGER: Duration = Duration::from_secs(2);
+
+impl FramesSeen {
+    /// The server has sent a GOAWAY or closed the connection.
+    pub fn ended(&self) -> bool {
+        self.goaway.is_some() || self.closed_after_s.is_some()
+    }
+}
+
+/// Waits up to [`LINGER`] for the server to end the connection.
+pub async fn linger(seen: &Mutex<FramesSeen>) {
+    let until = Instant::now() + LINGER;
+    while Instant::now() < until && !seen.lock().unwrap_or_else(|e| e.into_inner()).ended() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Seconds, rounded to the millisecond, for reports.

@@ -81,14 +81,8 @@ pub async fn run(
             tallies.clone(),
         ));
     }
-    let all_done = async { while connections.join_next().await.is_some() {} };
-    let guard_tripped = tokio::select! {
-        () = all_done => false,
-        () = tripped => true,
-    };
     // Dropping the tasks drops their connections: nothing outlives the attack.
-    connections.abort_all();
-    while connections.join_next().await.is_some() {}
+    let guard_tripped = super::join_unless_tripped(&mut connections, tripped).await;
     let held = started.elapsed();
 
     let mut t = std::mem::take(&mut *tallies.lock().unwrap_or_else(|e| e.into_inner()));

@@ -33,6 +33,7 @@ use clap::Parser;
 use harness::{
     Error, LoopbackTarget,
     attacks::{self, Attack, Context, Knobs},
+    init_tracing,
     monitor::ServerProcess,
     target::DEFAULT_TARGET,
 };
@@ -80,18 +81,6 @@ fn parse_attacks(input: &str) -> Result<Selection, String> {
             let names: Vec<&str> = Attack::ALL.iter().map(|a| a.name()).collect();
             format!("unknown attack {input:?}; choose all, {}", names.join(", "))
         })
-}
-
-fn init_tracing() {
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("harness=info,warn")),
-        )
-        .init();
 }
 
 #[tokio::main]

@@ -51,6 +51,7 @@ use clap::Parser;
 use harness::{
     Error, LoopbackTarget,
     bench::{self, BenchKnobs, Server},
+    init_tracing,
     monitor::ServerProcess,
     target::DEFAULT_TARGET,
 };
@@ -79,18 +80,6 @@ struct Args {
 
     #[command(flatten)]
     knobs: BenchKnobs,
-}
-
-fn init_tracing() {
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("harness=info,warn")),
-        )
-        .init();
 }
 
 #[tokio::main]
