@@ -318,6 +318,8 @@ struct Row {
     values: Vec<Option<f64>>,
     /// Decimals shown.
     precision: usize,
+    /// Whether a ratio means anything (not for counts).
+    ratio: bool,
 }
 
 fn ms(d: Option<Duration>) -> Option<f64> {
@@ -326,6 +328,7 @@ fn ms(d: Option<Duration>) -> Option<f64> {
 
 fn rows(knobs: &BenchKnobs, all: &[Measurements]) -> Vec<Row> {
     let row = |label: String, precision: usize, f: &dyn Fn(&Measurements) -> Option<f64>| Row {
+        ratio: !matches!(label.as_str(), "calls measured" | "errors"),
         label,
         values: all.iter().map(f).collect(),
         precision,
@@ -401,7 +404,8 @@ pub fn table(servers: &[Server], knobs: &BenchKnobs, all: &[Measurements]) -> St
             Some(v) => format!("{v:.*}", row.precision),
             None => "n/a".into(),
         }));
-        if let [Some(a), Some(b)] = row.values[..] {
+        if let ([Some(a), Some(b)], true) = (&row.values[..], row.ratio) {
+            let (a, b) = (*a, *b);
             line.push(if b > 0.0 {
                 format!("{:.2}×", a / b)
             } else {

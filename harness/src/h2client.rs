@@ -111,7 +111,12 @@ impl H2Conn {
         }
         let request = grpc::h2_request(&self.authority, path, content_type)?;
         let (response, mut stream) = self.send.send_request(request, false)?;
-        stream.send_data(body, end_stream)?;
+        // The server may answer (and close the stream) on the headers alone,
+        // e.g. with 415, before the body goes out: then its answer, which the
+        // response future holds, is the result, not this error.
+        if let Err(e) = stream.send_data(body, end_stream) {
+            tracing::debug!("request body not sent: {e}");
+        }
         Ok(Some((response, stream)))
     }
 }
@@ -123,6 +128,9 @@ pub enum CallEnd {
     Grpc(tonic::Code),
     /// An HTTP response without `grpc-status`, e.g. 415.
     Http(u16),
+    /// An HTTP error status that also carries a `grpc-status`, e.g. the 415
+    /// with INVALID_ARGUMENT that grpc-go sends for a non-gRPC content-type.
+    HttpGrpc { http: u16, code: tonic::Code },
     /// Response headers arrived, then nothing more (a stalled body).
     HeadersOnly,
     /// The server reset the stream with this code.
@@ -140,6 +148,7 @@ impl CallEnd {
         match self {
             Self::Grpc(code) => grpc::code_name(*code).to_string(),
             Self::Http(status) => format!("http_{status}"),
+            Self::HttpGrpc { http, code } => format!("http_{http}+{}", grpc::code_name(*code)),
             Self::HeadersOnly => "headers_then_stalled".into(),
             Self::Reset(code) => format!("rst_{code}"),
             Self::Connection(_) => "connection_error".into(),
@@ -174,9 +183,17 @@ pub async fn await_end(
         Ok(Err(e)) => CallEnd::from_error(&e),
         Ok(Ok(response)) => {
             let (head, body) = response.into_parts();
+            let not_ok = head.status != http::StatusCode::OK;
             if let Some(code) = grpc::grpc_status(&head.headers) {
-                CallEnd::Grpc(code)
-            } else if head.status != http::StatusCode::OK {
+                if not_ok {
+                    CallEnd::HttpGrpc {
+                        http: head.status.as_u16(),
+                        code,
+                    }
+                } else {
+                    CallEnd::Grpc(code)
+                }
+            } else if not_ok {
                 CallEnd::Http(head.status.as_u16())
             } else {
                 match tokio::time::timeout_at(deadline, body_end(body, read_body)).await {
@@ -241,6 +258,14 @@ mod tests {
             "RESOURCE_EXHAUSTED"
         );
         assert_eq!(CallEnd::Http(415).label(), "http_415");
+        assert_eq!(
+            CallEnd::HttpGrpc {
+                http: 415,
+                code: tonic::Code::InvalidArgument
+            }
+            .label(),
+            "http_415+INVALID_ARGUMENT"
+        );
         assert_eq!(CallEnd::Reset(ErrorCode::CANCEL).label(), "rst_CANCEL");
     }
 }

@@ -50,3 +50,18 @@ pub use target::LoopbackTarget;
 
 /// Any failure a tool reports before exiting non-zero.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// Sends logs to stderr: the harness's own progress at `info`, everything
+/// else at `warn`, unless `RUST_LOG` says otherwise. Results go to stdout.
+pub fn init_tracing() {
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, never in logs or CI.
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("harness=info,warn")),
+        )
+        .init();
+}

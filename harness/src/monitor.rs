@@ -90,8 +90,10 @@ fn mib(bytes: u64) -> f64 {
 }
 
 impl Monitor {
-    /// Starts sampling `server`. Once its RSS exceeds `rss_guard_bytes`,
-    /// [`Monitor::tripped`] resolves. Without a local process there is
+    /// Starts sampling `server`. Once its RSS has grown by more than
+    /// `rss_guard_bytes` since the start, [`Monitor::tripped`] resolves. Growth,
+    /// not the absolute size, because some servers (Go's) keep memory they
+    /// no longer use, and the next attack must still run. Without a local process there is
     /// nothing to sample and the guard never trips.
     pub fn start(server: &ServerProcess, rss_guard_bytes: u64) -> Self {
         let (stop, mut stopped) = watch::channel(false);
@@ -111,11 +113,13 @@ impl Monitor {
                     let Some(now) = process.sample() else { break };
                     peak = peak.max(now.rss);
                     last = now;
-                    if now.rss > rss_guard_bytes && !*trip.borrow() {
+                    let growth = now.rss.saturating_sub(first.rss);
+                    if growth > rss_guard_bytes && !*trip.borrow() {
                         tracing::warn!(
                             rss_mib = mib(now.rss),
+                            growth_mib = mib(growth),
                             guard_mib = mib(rss_guard_bytes),
-                            "server RSS passed the guard: ending the attack early"
+                            "server RSS grew past the guard: ending the attack early"
                         );
                         let _ = trip.send(true);
                     }

@@ -27,6 +27,14 @@ const FRESH_EVERY: Duration = Duration::from_secs(1);
 /// A fresh client must connect, and then get its quote, within 1 s each.
 const FRESH_LIMIT: Duration = Duration::from_secs(1);
 
+/// Connections are opened 100 at a time, 50 ms apart (1,000 in half a
+/// second). All at once, they would overflow the server's listen backlog
+/// (128 for a std or tonic listener): the kernel then leaves the excess
+/// half-open and completes them only on SYN-ACK retransmits, seconds later,
+/// and the attack would measure the kernel instead of the server.
+const CONNECT_BATCH: u32 = 100;
+const CONNECT_PAUSE: Duration = Duration::from_millis(50);
+
 /// "PRI * HTTP/2": half of the 24-byte client preface.
 const HALF_PREFACE: &[u8] = PREFACE.split_at(12).0;
 
@@ -39,18 +47,15 @@ enum Held {
 }
 
 /// Connects, sends `bytes`, then reads (and drops) whatever the server sends
-/// until it closes the connection or `until` passes.
-async fn hold_one(
-    addr: SocketAddr,
-    bytes: &'static [u8],
-    started: Instant,
-    until: Instant,
-) -> Held {
+/// until it closes the connection or `until` passes. A close is timed from
+/// this connection's own connect.
+async fn hold_one(addr: SocketAddr, bytes: &'static [u8], until: Instant) -> Held {
     let mut tcp = match tokio::time::timeout(CONNECT_LIMIT, TcpStream::connect(addr)).await {
         Ok(Ok(tcp)) => tcp,
         Ok(Err(e)) => return Held::ConnectFailed(e.to_string()),
         Err(_) => return Held::ConnectFailed(format!("no TCP connect within {CONNECT_LIMIT:?}")),
     };
+    let started = Instant::now();
     if !bytes.is_empty() && tcp.write_all(bytes).await.is_err() {
         return Held::Connected(Some(started.elapsed()));
     }
@@ -118,17 +123,24 @@ impl Group {
     }
 }
 
+/// Starts `n` held connections of one group. Connects go out
+/// [`CONNECT_BATCH`] at a time, [`CONNECT_PAUSE`] apart, counting from
+/// `first` across groups.
 fn spawn_group(
     set: &mut JoinSet<(usize, Held)>,
     group: usize,
+    first: u32,
     n: u32,
     addr: SocketAddr,
     bytes: &'static [u8],
-    started: Instant,
     until: Instant,
 ) {
-    for _ in 0..n {
-        set.spawn(async move { (group, hold_one(addr, bytes, started, until).await) });
+    for i in first..first + n {
+        let delay = CONNECT_PAUSE * (i / CONNECT_BATCH);
+        set.spawn(async move {
+            tokio::time::sleep(delay).await;
+            (group, hold_one(addr, bytes, until).await)
+        });
     }
 }
 
@@ -192,7 +204,7 @@ pub async fn fdflood(ctx: &Context) -> Result<Findings, Error> {
     let started = Instant::now();
     let until = started + hold;
     let mut set = JoinSet::new();
-    spawn_group(&mut set, 0, n, ctx.target.addr(), &[], started, until);
+    spawn_group(&mut set, 0, 0, n, ctx.target.addr(), &[], until);
 
     let (mut tries, mut served, mut first_served, mut first_error) = (0u32, 0u32, None, None);
     let mut fds_peak = server.and_then(|p| p.open_fds());
@@ -273,14 +285,14 @@ pub async fn nopreface(ctx: &Context) -> Result<Findings, Error> {
     let started = Instant::now();
     let until = started + hold;
     let mut set = JoinSet::new();
-    spawn_group(&mut set, 0, silent, ctx.target.addr(), &[], started, until);
+    spawn_group(&mut set, 0, 0, silent, ctx.target.addr(), &[], until);
     spawn_group(
         &mut set,
         1,
+        silent,
         half,
         ctx.target.addr(),
         HALF_PREFACE,
-        started,
         until,
     );
     let mut groups = collect(set, 2).await.into_iter();

@@ -56,12 +56,13 @@ pub enum ResetAfter {
 const POLL: Duration = Duration::from_millis(50);
 
 /// A server that has not reset a stream this long after the trigger will
-/// not: the client then cancels the stream itself (RST_STREAM CANCEL).
-pub const RESET_WAIT: Duration = Duration::from_millis(200);
+/// not: the client then cancels the stream itself (RST_STREAM CANCEL). A
+/// busy server can take a while to read the trigger, hence a whole second.
+pub const RESET_WAIT: Duration = Duration::from_secs(1);
 
-/// After the last stream, how long to keep reading for the server's last
-/// RST_STREAMs and a GOAWAY: 2 s.
-const LINGER: Duration = Duration::from_secs(2);
+/// A connection stops once it has cancelled this many streams without the
+/// server resetting a single one: the server does not fall for the trick.
+const GIVE_UP_AFTER: u32 = 10;
 
 /// One connection's counts, shared with the task that reports them, so an
 /// attack ended early by the memory guard still reports what it did.
@@ -119,13 +120,8 @@ pub async fn run(ctx: &Context, tripped: impl Future<Output = ()>) -> Result<Fin
         };
         connections.spawn(one_connection(shape, counts, seen));
     }
-    let all_done = async { while connections.join_next().await.is_some() {} };
-    let guard_tripped = tokio::select! {
-        () = all_done => false,
-        () = tripped => true,
-    };
-    connections.abort_all();
-    while connections.join_next().await.is_some() {}
+    // Dropping the tasks drops their connections: nothing outlives the attack.
+    let guard_tripped = super::join_unless_tripped(&mut connections, tripped).await;
 
     let mut d = Details {
         connections: knobs.reset_conns,
@@ -196,9 +192,9 @@ fn describe(d: &Details, guard_tripped: bool) -> String {
     }
     if d.client_cancels > 0 {
         outcome.push_str(&format!(
-            ", {} not reset within {}ms (cancelled by the client)",
+            ", {} not reset within {}s (cancelled by the client)",
             d.client_cancels,
-            RESET_WAIT.as_millis()
+            RESET_WAIT.as_secs()
         ));
     }
     if d.connections_stopped_unaffected > 0 {
@@ -246,10 +242,7 @@ async fn one_connection(shape: Shape, counts: Shared<ConnCounts>, seen: Shared<F
         Some(events_tx),
         started,
     ));
-    let goaway_or_closed = || {
-        let seen = lock(&seen);
-        seen.goaway.is_some() || seen.closed_after_s.is_some()
-    };
+    let goaway_or_closed = || lock(&seen).ended();
 
     // Streams still open: id -> when the trigger was sent (None: not yet).
     let mut open: HashMap<u32, Option<Instant>> = HashMap::new();
@@ -297,7 +290,7 @@ async fn one_connection(shape: Shape, counts: Shared<ConnCounts>, seen: Shared<F
         // A server that let streams pass RESET_WAIT without resetting any
         // does not fall for the trick: going on would only be a rapid-reset
         // flood of client cancels, a different attack. Stop here.
-        if cancels > 0 && lock(&seen).rst_stream.is_empty() {
+        if lock(&counts).client_cancels >= GIVE_UP_AFTER && lock(&seen).rst_stream.is_empty() {
             lock(&counts).gave_up = true;
             break;
         }
@@ -330,9 +323,6 @@ async fn one_connection(shape: Shape, counts: Shared<ConnCounts>, seen: Shared<F
         }
     }
     // Read what the server still has to say, then close.
-    let linger_until = Instant::now() + LINGER;
-    while Instant::now() < linger_until && !goaway_or_closed() {
-        tokio::time::sleep(POLL).await;
-    }
+    super::linger(&seen).await;
     watcher.abort();
 }

@@ -15,12 +15,13 @@ pub mod stall;
 
 use std::{
     collections::BTreeMap,
+    future::Future,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use serde::Serialize;
-use tokio::{net::tcp::OwnedReadHalf, sync::mpsc, time::Instant};
+use tokio::{net::tcp::OwnedReadHalf, sync::mpsc, task::JoinSet, time::Instant};
 
 use crate::{
     Error,
@@ -145,9 +146,14 @@ pub struct Knobs {
     #[arg(long, default_value_t = 20_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub ping_max: u64,
 
-    /// End an attack early once the server's RSS passes this many MiB (local servers only).
+    /// End an attack early once the server's RSS has grown by this many MiB (local servers only).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..=65_536))]
     pub rss_guard_mib: u64,
+
+    /// Seconds to wait for the server to serve a GetQuote before each attack
+    /// (after an earlier attack it may be busy finishing abandoned work).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub recovery_secs: u64,
 
     /// Probe GetQuote calls per second during each attack.
     #[arg(long, default_value_t = crate::probe::PROBE_RATE, value_parser = clap::value_parser!(u32).range(1..=1_000))]
@@ -232,11 +238,6 @@ pub struct Report {
     pub note: Option<String>,
 }
 
-/// How long to wait for the server to serve the probe's first GetQuote
-/// before an attack: 30 s. After an attack on an unprotected server it may
-/// be busy finishing abandoned work for a while.
-pub const RECOVERY_LIMIT: Duration = Duration::from_secs(30);
-
 /// Runs one attack between a monitor and a probe, and builds its line.
 pub async fn run(attack: Attack, ctx: &Context) -> Result<Report, Error> {
     let (knobs, server) = (&ctx.knobs, &ctx.server);
@@ -262,6 +263,7 @@ pub async fn run(attack: Attack, ctx: &Context) -> Result<Report, Error> {
 }
 
 async fn start_probe(ctx: &Context) -> Result<Probe, Error> {
+    let limit = Duration::from_secs(ctx.knobs.recovery_secs);
     let started = Instant::now();
     loop {
         match Probe::start(
@@ -280,15 +282,14 @@ async fn start_probe(ctx: &Context) -> Result<Probe, Error> {
                 }
                 return Ok(probe);
             }
-            Err(e) if started.elapsed() < RECOVERY_LIMIT => {
+            Err(e) if started.elapsed() < limit => {
                 tracing::info!("waiting for the server to serve GetQuote: {e}");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => {
-                return Err(format!(
-                    "the server did not serve GetQuote within {RECOVERY_LIMIT:?}: {e}"
-                )
-                .into());
+                return Err(
+                    format!("the server did not serve GetQuote within {limit:?}: {e}").into(),
+                );
             }
         }
     }
@@ -309,7 +310,7 @@ fn report(
     }
     if usage.is_some_and(|u| u.guard_tripped) {
         notes.push(format!(
-            "ended early: server RSS passed the {} MiB guard (--rss-guard-mib)",
+            "ended early: server RSS grew by more than the {} MiB guard (--rss-guard-mib)",
             ctx.knobs.rss_guard_mib
         ));
     }
@@ -437,6 +438,42 @@ pub async fn watch_frames(
     seen.lock()
         .unwrap_or_else(|e| e.into_inner())
         .closed_after_s = Some(secs(started.elapsed()));
+}
+
+/// Waits for every task in `set`, unless `tripped` (the memory guard)
+/// resolves first; then aborts what is left, which drops its connections.
+/// Returns true if the guard ended the wait.
+pub async fn join_unless_tripped<T: 'static>(
+    set: &mut JoinSet<T>,
+    tripped: impl Future<Output = ()>,
+) -> bool {
+    let all_done = async { while set.join_next().await.is_some() {} };
+    let guard_tripped = tokio::select! {
+        () = all_done => false,
+        () = tripped => true,
+    };
+    set.abort_all();
+    while set.join_next().await.is_some() {}
+    guard_tripped
+}
+
+/// After a raw attack's last frame, how long to keep reading for the
+/// server's last answers (acks, resets, a GOAWAY): 2 s.
+pub const LINGER: Duration = Duration::from_secs(2);
+
+impl FramesSeen {
+    /// The server has sent a GOAWAY or closed the connection.
+    pub fn ended(&self) -> bool {
+        self.goaway.is_some() || self.closed_after_s.is_some()
+    }
+}
+
+/// Waits up to [`LINGER`] for the server to end the connection.
+pub async fn linger(seen: &Mutex<FramesSeen>) {
+    let until = Instant::now() + LINGER;
+    while Instant::now() < until && !seen.lock().unwrap_or_else(|e| e.into_inner()).ended() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Seconds, rounded to the millisecond, for reports.

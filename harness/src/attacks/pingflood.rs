@@ -18,9 +18,6 @@ use crate::{Error, raw::RawConn};
 /// PINGs queued per write: 1,000 PINGs are 17 KB.
 const BATCH: u64 = 1_000;
 
-/// After the flood, how long to keep reading for the last ACKs and a GOAWAY: 2 s.
-const LINGER: Duration = Duration::from_secs(2);
-
 #[derive(Debug, Serialize)]
 struct Details {
     pings_sent: u64,
@@ -42,10 +39,7 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
     let seen = Arc::new(Mutex::new(FramesSeen::default()));
     let (ping_tx, mut ping_rx) = mpsc::channel(16);
     let watcher = tokio::spawn(watch_frames(reader, seen.clone(), ping_tx, None, started));
-    let stop = || {
-        let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-        seen.goaway.is_some() || seen.closed_after_s.is_some()
-    };
+    let stop = || seen.lock().unwrap_or_else(|e| e.into_inner()).ended();
 
     let (mut sent, mut write_error) = (0u64, None);
     while sent < knobs.ping_max && Instant::now() < deadline && !stop() {
@@ -64,10 +58,7 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
         tokio::task::yield_now().await;
     }
     let flood_s = super::secs(started.elapsed());
-    let linger_until = Instant::now() + LINGER;
-    while Instant::now() < linger_until && !stop() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    super::linger(&seen).await;
     watcher.abort();
     let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let outcome = match &seen.goaway {

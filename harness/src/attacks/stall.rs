@@ -59,7 +59,8 @@ pub async fn run(
 ) -> Result<Findings, crate::Error> {
     let knobs = &ctx.knobs;
     let hold = knobs.stall_hold();
-    let deadline = Instant::now() + hold;
+    let started = Instant::now();
+    let deadline = started + hold;
     let mut shapes = vec![knobs.stall_streams_one];
     shapes.extend(std::iter::repeat_n(
         knobs.stall_streams_each,
@@ -80,14 +81,9 @@ pub async fn run(
             tallies.clone(),
         ));
     }
-    let all_done = async { while connections.join_next().await.is_some() {} };
-    let guard_tripped = tokio::select! {
-        () = all_done => false,
-        () = tripped => true,
-    };
     // Dropping the tasks drops their connections: nothing outlives the attack.
-    connections.abort_all();
-    while connections.join_next().await.is_some() {}
+    let guard_tripped = super::join_unless_tripped(&mut connections, tripped).await;
+    let held = started.elapsed();
 
     let mut t = std::mem::take(&mut *tallies.lock().unwrap_or_else(|e| e.into_inner()));
     let recorded: usize = t.ends.values().sum();
@@ -100,7 +96,7 @@ pub async fn run(
         + t.ends.get("pending").copied().unwrap_or(0);
     let fast: usize = t.fast_statuses.values().sum();
     let mut outcome = format!(
-        "{} streams on {} connections: {} got a status within {}s ({}), {} still held unread after {}s",
+        "{} streams on {} connections: {} got a status within {}s ({}), {} still held unread after {:.1}s",
         t.streams,
         t.connections,
         fast,
@@ -111,7 +107,7 @@ pub async fn run(
             describe_tally(&t.fast_statuses)
         },
         stalled,
-        hold.as_secs(),
+        held.as_secs_f64(),
     );
     if t.not_opened > 0 {
         outcome.push_str(&format!(
@@ -181,7 +177,9 @@ async fn one_connection(
                     let mut t = tallies.lock().unwrap_or_else(|e| e.into_inner());
                     *t.ends.entry(end.label()).or_default() += 1;
                     match end {
-                        CallEnd::Grpc(_) | CallEnd::Http(_) if after <= FAST => {
+                        CallEnd::Grpc(_) | CallEnd::Http(_) | CallEnd::HttpGrpc { .. }
+                            if after <= FAST =>
+                        {
                             *t.fast_statuses.entry(end.label()).or_default() += 1;
                         }
                         CallEnd::HeadersOnly | CallEnd::Pending => {}

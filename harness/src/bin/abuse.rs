@@ -1,28 +1,31 @@
 //! `abuse`: tries a running gRPC server of the RoutingService contract the
 //! way an attacker would, and shows what it costs the server and its other
 //! clients. Each attack is bounded in count and time, stops by itself, and
-//! sends traffic only to `--target`, which must be a loopback address.
+//! sends traffic only to `--target`, which must resolve to loopback
+//! (127.0.0.0/8 or [::1]); anything else is refused before a packet leaves.
 //!
 //! Run with (a server listening on 127.0.0.1:9180, e.g.
 //! `cargo run --release -p routing-server`):
 //!
 //! ```console
-//! $ cargo run --release -p harness --bin abuse -- --target 127.0.0.1:9180 stall
+//! $ cargo run --release -p harness --bin abuse -- --target 127.0.0.1:9180 pingflood
+//! {"attack":"pingflood","outcome":"no GOAWAY: 20000000 of 20000000 PINGs acked in 4.8s","rss_peak_mib":11.2,"probe_p99_ms":30.409,"probe_errors":0,"probe_calls":137,"server_cpu_pct":49.4,"rss_start_mib":11.1,"rss_end_mib":11.2,"secs":6.82,"target":"127.0.0.1:29180","server_pid":6022,"details":{"closed_by_server_after_s":null,"flood_s":4.815,"goaway":null,"pings_acked":20000000,"pings_sent":20000000}}
 //! $ cargo run --release -p harness --bin abuse -- --target 127.0.0.1:9180 all
 //! ```
 //!
-//! It prints one JSON line per attack on stdout, for example:
+//! (That line is tonic's defaults, from a real run on a shared 2-core VM;
+//! this server answers with GOAWAY ENHANCE_YOUR_CALM "too_many_pings".)
 //!
-//! ```text
-//! {"attack":"pingflood","outcome":"no GOAWAY: 20000000 of 20000000 PINGs acked in 4.1s","rss_peak_mib":9.1,"probe_p99_ms":2.9,"probe_errors":0,"probe_calls":121,"server_cpu_pct":98.1,...,"details":{...}}
-//! ```
-//!
-//! `outcome` says what the server did; `rss_peak_mib` and `server_cpu_pct`
-//! are read from `/proc` when the server runs on this machine (null
-//! otherwise); `probe_p99_ms` and `probe_errors` come from a separate,
-//! well-behaved client calling GetQuote 20 times a second during the
-//! attack. `details` holds the counts behind the outcome. Logs go to stderr
-//! (`RUST_LOG=info` for progress). Exit status 1 if an attack could not run.
+//! It prints one JSON line per attack on stdout. `outcome` says what the
+//! server did. `rss_peak_mib` and `server_cpu_pct` (% of one core) are read
+//! from `/proc` of the process listening on the target, when it runs on this
+//! machine (null otherwise; `--server-pid` names it, e.g. behind a container
+//! port proxy). `probe_p99_ms` and `probe_errors` come from a separate,
+//! well-behaved client calling GetQuote 20 times a second with a 1 s
+//! deadline during the attack. `details` holds the counts behind the
+//! outcome, and `note` anything that qualifies the numbers (e.g. the memory
+//! guard ended the attack early). Progress logs go to stderr. Exit status 1
+//! if an attack could not run, 2 for a usage error.
 
 use std::{io::Write, process::ExitCode, time::Duration};
 
@@ -30,6 +33,7 @@ use clap::Parser;
 use harness::{
     Error, LoopbackTarget,
     attacks::{self, Attack, Context, Knobs},
+    init_tracing,
     monitor::ServerProcess,
     target::DEFAULT_TARGET,
 };
@@ -77,18 +81,6 @@ fn parse_attacks(input: &str) -> Result<Selection, String> {
             let names: Vec<&str> = Attack::ALL.iter().map(|a| a.name()).collect();
             format!("unknown attack {input:?}; choose all, {}", names.join(", "))
         })
-}
-
-fn init_tracing() {
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("harness=info,warn")),
-        )
-        .init();
 }
 
 #[tokio::main]
