@@ -22,10 +22,31 @@ pub const HEADER_LEN: usize = 9;
 pub mod kind {
     pub const DATA: u8 = 0x0;
     pub const HEADERS: u8 = 0x1;
+    pub const PRIORITY: u8 = 0x2;
     pub const RST_STREAM: u8 = 0x3;
     pub const SETTINGS: u8 = 0x4;
+    pub const PUSH_PROMISE: u8 = 0x5;
     pub const PING: u8 = 0x6;
     pub const GOAWAY: u8 = 0x7;
+    pub const WINDOW_UPDATE: u8 = 0x8;
+    pub const CONTINUATION: u8 = 0x9;
+
+    /// The type's name, for logs and reports.
+    pub fn name(kind: u8) -> &'static str {
+        match kind {
+            DATA => "DATA",
+            HEADERS => "HEADERS",
+            PRIORITY => "PRIORITY",
+            RST_STREAM => "RST_STREAM",
+            SETTINGS => "SETTINGS",
+            PUSH_PROMISE => "PUSH_PROMISE",
+            PING => "PING",
+            GOAWAY => "GOAWAY",
+            WINDOW_UPDATE => "WINDOW_UPDATE",
+            CONTINUATION => "CONTINUATION",
+            _ => "UNKNOWN",
+        }
+    }
 }
 
 /// Flag bits, which mean different things for different frame types.
@@ -34,6 +55,19 @@ pub mod flag {
     pub const END_STREAM: u8 = 0x1;
     /// PING and SETTINGS: this frame answers the peer's.
     pub const ACK: u8 = 0x1;
+    pub const END_HEADERS: u8 = 0x4;
+    pub const PADDED: u8 = 0x8;
+    pub const PRIORITY: u8 = 0x20;
+}
+
+/// SETTINGS identifiers (RFC 9113 §6.5.2).
+pub mod setting {
+    pub const HEADER_TABLE_SIZE: u16 = 0x1;
+    pub const ENABLE_PUSH: u16 = 0x2;
+    pub const MAX_CONCURRENT_STREAMS: u16 = 0x3;
+    pub const INITIAL_WINDOW_SIZE: u16 = 0x4;
+    pub const MAX_FRAME_SIZE: u16 = 0x5;
+    pub const MAX_HEADER_LIST_SIZE: u16 = 0x6;
 }
 
 /// GOAWAY and RST_STREAM error codes (RFC 9113 §7).
@@ -59,12 +93,17 @@ pub mod error_code {
         "HTTP_1_1_REQUIRED",
     ];
 
-    /// The RFC's name for a code, e.g. `ENHANCE_YOUR_CALM`; hex if unknown.
-    pub fn name(code: u32) -> String {
+    /// The RFC's name for a code, e.g. `ENHANCE_YOUR_CALM`, if it has one.
+    pub fn known_name(code: u32) -> Option<&'static str> {
         usize::try_from(code)
             .ok()
             .and_then(|i| NAMES.get(i))
-            .map_or_else(|| format!("0x{code:x}"), |name| (*name).to_string())
+            .copied()
+    }
+
+    /// The RFC's name for a code; hex if unknown.
+    pub fn name(code: u32) -> String {
+        known_name(code).map_or_else(|| format!("0x{code:x}"), str::to_string)
     }
 }
 

@@ -9,11 +9,9 @@ use std::fmt;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-/// Every connection starts with these 24 bytes from the client (§3.4).
-pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// Length of the frame header: 24-bit length, type, flags, 31-bit stream id.
-pub const HEADER_LEN: usize = 9;
+/// The preface, frame types, flags and SETTINGS identifiers are shared with
+/// the server's and the clients' frame tracker.
+pub use h2_frames::{HEADER_LEN, PREFACE, flag, kind, setting};
 
 /// The largest payload the 24-bit length field can announce. The decoder
 /// accepts up to this, so a peer that ignores our SETTINGS_MAX_FRAME_SIZE is
@@ -22,57 +20,6 @@ pub const MAX_PAYLOAD_LEN: usize = (1 << 24) - 1;
 
 /// Largest flow-control window (§6.9.1): a WINDOW_UPDATE past it is an error.
 pub const MAX_WINDOW: u32 = (1 << 31) - 1;
-
-/// Frame types (§6).
-pub mod kind {
-    pub const DATA: u8 = 0x0;
-    pub const HEADERS: u8 = 0x1;
-    pub const PRIORITY: u8 = 0x2;
-    pub const RST_STREAM: u8 = 0x3;
-    pub const SETTINGS: u8 = 0x4;
-    pub const PUSH_PROMISE: u8 = 0x5;
-    pub const PING: u8 = 0x6;
-    pub const GOAWAY: u8 = 0x7;
-    pub const WINDOW_UPDATE: u8 = 0x8;
-    pub const CONTINUATION: u8 = 0x9;
-
-    /// The type's name, for logs and reports.
-    pub fn name(kind: u8) -> &'static str {
-        match kind {
-            DATA => "DATA",
-            HEADERS => "HEADERS",
-            PRIORITY => "PRIORITY",
-            RST_STREAM => "RST_STREAM",
-            SETTINGS => "SETTINGS",
-            PUSH_PROMISE => "PUSH_PROMISE",
-            PING => "PING",
-            GOAWAY => "GOAWAY",
-            WINDOW_UPDATE => "WINDOW_UPDATE",
-            CONTINUATION => "CONTINUATION",
-            _ => "UNKNOWN",
-        }
-    }
-}
-
-/// Frame flags (§6). ACK shares its bit with END_STREAM; which one it means
-/// depends on the frame type.
-pub mod flag {
-    pub const END_STREAM: u8 = 0x1;
-    pub const ACK: u8 = 0x1;
-    pub const END_HEADERS: u8 = 0x4;
-    pub const PADDED: u8 = 0x8;
-    pub const PRIORITY: u8 = 0x20;
-}
-
-/// SETTINGS identifiers (§6.5.2).
-pub mod setting {
-    pub const HEADER_TABLE_SIZE: u16 = 0x1;
-    pub const ENABLE_PUSH: u16 = 0x2;
-    pub const MAX_CONCURRENT_STREAMS: u16 = 0x3;
-    pub const INITIAL_WINDOW_SIZE: u16 = 0x4;
-    pub const MAX_FRAME_SIZE: u16 = 0x5;
-    pub const MAX_HEADER_LIST_SIZE: u16 = 0x6;
-}
 
 /// An HTTP/2 error code (§7), as carried by RST_STREAM and GOAWAY.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,23 +45,7 @@ impl ErrorCode {
 
     /// The RFC's name for the code, or `None` for an unknown one.
     pub fn name(self) -> Option<&'static str> {
-        Some(match self.0 {
-            0x0 => "NO_ERROR",
-            0x1 => "PROTOCOL_ERROR",
-            0x2 => "INTERNAL_ERROR",
-            0x3 => "FLOW_CONTROL_ERROR",
-            0x4 => "SETTINGS_TIMEOUT",
-            0x5 => "STREAM_CLOSED",
-            0x6 => "FRAME_SIZE_ERROR",
-            0x7 => "REFUSED_STREAM",
-            0x8 => "CANCEL",
-            0x9 => "COMPRESSION_ERROR",
-            0xa => "CONNECT_ERROR",
-            0xb => "ENHANCE_YOUR_CALM",
-            0xc => "INADEQUATE_SECURITY",
-            0xd => "HTTP_1_1_REQUIRED",
-            _ => return None,
-        })
+        h2_frames::error_code::known_name(self.0)
     }
 }
 
