@@ -17,14 +17,17 @@
 //! - [`wire`]: a connector that counts connections and bytes on the wire, so
 //!   every number a client prints was measured.
 //! - [`output`]: one JSON line on stdout, diagnostics on stderr.
+//! - [`timing`]: the total of a run of calls and the median call.
 
 pub mod baseline;
 pub mod output;
 pub mod target;
+pub mod timing;
 pub mod wire;
 
 pub use baseline::{Baseline, rpc_error, sample_quote_request};
 pub use output::{finish, init_tracing, seconds};
+pub use timing::{CallTimer, Timings};
 pub use wire::{CountingConnector, WireSnapshot};
 
 /// Any failure a client reports before exiting non-zero.
