@@ -5,7 +5,7 @@
 //!
 //! ```console
 //! $ cargo run --release -p routing-clients --bin footgun-client -- --calls 50
-//! {"client":"footgun","calls":50,"connections":50,"total_s":0.019479}
+//! {"client":"footgun","calls":50,"connections":50,"total_s":0.01908,"median_call_s":0.000284}
 //! ```
 //!
 //! `connections` is counted on the wire. Compare `median_call_s`, what one

@@ -5,7 +5,7 @@
 //!
 //! ```console
 //! $ cargo run --release -p routing-clients --bin pooled-client -- --calls 50
-//! {"client":"pooled","calls":50,"connections":1,"total_s":0.007234}
+//! {"client":"pooled","calls":50,"connections":1,"total_s":0.005525,"median_call_s":0.000095}
 //! ```
 //!
 //! `connections` is counted on the wire. Compare `median_call_s`, what one
