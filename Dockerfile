@@ -6,7 +6,7 @@
 #
 # Base images are build arguments, so a registry mirror can stand in:
 #   --build-arg RUST_IMAGE=mirror.example/library/rust:1.95-slim-bookworm
-# and so can binaries built elsewhere (CI does this; see ci/standin-images.sh):
+# and so can binaries built elsewhere (CI's Podman run; see ci/standin-images.sh):
 #   --build-arg BINARIES=<image holding the binaries in /out>
 
 ARG RUST_IMAGE=docker.io/library/rust:1.95-slim-bookworm
