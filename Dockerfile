@@ -6,7 +6,7 @@
 #
 # Base images are build arguments, so a registry mirror can stand in:
 #   --build-arg RUST_IMAGE=mirror.example/library/rust:1.95-bookworm
-# and so can binaries built elsewhere (CI does this; see ci/standin-images.sh):
+# and so can binaries built elsewhere (CI's Podman run; see ci/standin-images.sh):
 #   --build-arg BINARIES=<image holding the binaries in /out>
 
 # The full image, not -slim: the server's allocator (jemalloc, see
@@ -21,6 +21,8 @@ ARG BINARIES=build
 FROM ${RUST_IMAGE} AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
+# Every workspace member, one line each: cargo loads the whole workspace, so
+# one left out breaks this build (server/tests/dockerfile.rs checks it).
 COPY contracts contracts
 COPY frames frames
 COPY server server
@@ -28,9 +30,11 @@ COPY clients clients
 COPY harness harness
 # BuildKit cache mounts keep the crate registry and target/ between builds,
 # so a code change recompiles only our crates, not the dependency tree.
+# --workspace: every member compiles here, including tools that do not ship,
+# so the image build proves what a reader's `cargo build` would.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p routing-server -p routing-clients \
+    cargo build --release --locked --workspace \
  && mkdir -p /out \
  && cp target/release/routing-server target/release/footgun-client target/release/pooled-client \
        target/release/gzip-client target/release/keepalive-client /out/

@@ -9,7 +9,7 @@ set -euo pipefail
 # ─── Bounds: every threshold in one table. Each is overridable by env. ───────
 # They are loose and relative on purpose: they must hold on a laptop, a busy
 # CI runner and a container network alike.
-FOOTGUN_FACTOR=${FOOTGUN_FACTOR:-1.5}     # footgun total_s > pooled total_s x this
+FOOTGUN_FACTOR=${FOOTGUN_FACTOR:-1.8}     # footgun median_call_s > pooled median_call_s x this
 P99_CEILING_MS=${P99_CEILING_MS:-1500}    # ghz GetQuote p99 latency < this (ms)
 RPS_FLOOR=${RPS_FLOOR:-20}                # ghz GetQuote throughput > this (calls/s)
 GZIP_MAX_PERCENT=${GZIP_MAX_PERCENT:-5}   # gzip wire bytes ≤ this % of identity
@@ -25,12 +25,16 @@ RAISED_CAP=8388608                        # the chapter's raised cap (8 MiB)
 
 # ─── Time limits ─────────────────────────────────────────────────────────────
 READY_TIMEOUT_S=${READY_TIMEOUT_S:-90}    # server must report SERVING within this
+READY_PROBE_S=${READY_PROBE_S:-5}         # one readiness probe: grpcurl -connect-timeout and -max-time
 TOOL_TIMEOUT_S=${TOOL_TIMEOUT_S:-120}     # any single grpcurl / ghz / client run
 BUILD_TIMEOUT_S=${BUILD_TIMEOUT_S:-1800}  # cargo or image build
 
 # ─── How to run ──────────────────────────────────────────────────────────────
 COMPOSE=${COMPOSE:-docker compose}
 ROUTING_PORT=${ROUTING_PORT:-9180}        # compose publishes 127.0.0.1:$ROUTING_PORT
+# compose.yaml names the project grpc-tuning; two runs at once on one engine
+# need two names (CI sets a unique one).
+COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-}
 SERVICE=shipping.routing.v1.RoutingService
 QUOTE_JSON='{"origin":"NLRTM","destination":"SGSIN","cargo":[{"description":"machine parts","weightKg":400.4}]}'
 
@@ -41,7 +45,8 @@ Usage: ./verify.sh [--local] [--no-build] [--help]
 Brings the stack up, runs grpcurl, ghz and the four clients against it,
 asserts the chapter's claims, prints PASS (exit 0) or the failed assertion
 with its evidence (exit 1), and tears everything down. Exit 2: bad usage, a
-missing host tool, or a stack that would not start.
+missing host tool, no container engine, a tool that cannot run, or a stack
+that would not start.
 
 Modes:
   (default)      Docker Compose: builds the image, starts the server, runs
@@ -50,15 +55,18 @@ Modes:
                  The same with Podman. Readiness is polled by this script.
   --local        No containers: builds with cargo, starts routing-server on a
                  free loopback port, and uses grpcurl and ghz from PATH.
-  --no-build     Use images (or, with --local, target/release binaries) that
+                 The binaries are taken from cargo's target directory
+                 (CARGO_TARGET_DIR is honoured).
+  --no-build     Use images (or, with --local, release binaries) that
                  already exist.
 
 Overrides (environment):
   Bounds     FOOTGUN_FACTOR=$FOOTGUN_FACTOR P99_CEILING_MS=$P99_CEILING_MS RPS_FLOOR=$RPS_FLOOR
              GZIP_MAX_PERCENT=$GZIP_MAX_PERCENT TIMING_ATTEMPTS=$TIMING_ATTEMPTS
   Workload   CALLS=$CALLS GHZ_CONCURRENCY=$GHZ_CONCURRENCY GHZ_TOTAL=$GHZ_TOTAL IDLE_SECS=$IDLE_SECS
-  Limits     READY_TIMEOUT_S=$READY_TIMEOUT_S TOOL_TIMEOUT_S=$TOOL_TIMEOUT_S BUILD_TIMEOUT_S=$BUILD_TIMEOUT_S
-  Compose    COMPOSE="$COMPOSE" ROUTING_PORT=$ROUTING_PORT
+  Limits     READY_TIMEOUT_S=$READY_TIMEOUT_S READY_PROBE_S=$READY_PROBE_S TOOL_TIMEOUT_S=$TOOL_TIMEOUT_S
+             BUILD_TIMEOUT_S=$BUILD_TIMEOUT_S
+  Compose    COMPOSE="$COMPOSE" ROUTING_PORT=$ROUTING_PORT COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-grpc-tuning}
              ROUTING_IMAGE, GRPCURL_IMAGE, GHZ_IMAGE (see compose.yaml)
 EOF
 }
@@ -84,6 +92,9 @@ scratch=$(mktemp -d)
 server_pid=
 compose_up=no
 read -r -a compose <<<"$COMPOSE"
+# Passed as -p too: every compose implementation and version takes the flag,
+# not all of them read the variable.
+if [[ -n $COMPOSE_PROJECT_NAME ]]; then compose+=(-p "$COMPOSE_PROJECT_NAME"); fi
 
 need() { # need TOOL HINT
   command -v "$1" >/dev/null 2>&1 || die "$1 is required but not on PATH. Install: $2"
@@ -91,15 +102,24 @@ need() { # need TOOL HINT
 need jq "apt-get install jq | dnf install jq | brew install jq"
 need timeout "coreutils (apt-get install coreutils; on macOS: brew install coreutils)"
 need mktemp "coreutils"
+no_engine_hint="or run without containers: ./verify.sh --local (cargo, grpcurl and ghz on PATH), or with Podman: COMPOSE=podman-compose ./verify.sh"
 if [[ $mode == local ]]; then
   need cargo "https://rustup.rs"
-  need grpcurl "go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
-  need ghz "go install github.com/bojand/ghz/cmd/ghz@v0.121.0"
+  need grpcurl "CGO_ENABLED=0 go install -ldflags '-X main.version=v1.9.3' github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
+  need ghz "CGO_ENABLED=0 go install -ldflags '-X main.version=v0.121.0' github.com/bojand/ghz/cmd/ghz@v0.121.0"
+elif [[ ${compose[0]} == podman-compose ]]; then
+  need podman "apt-get install podman | dnf install podman"
+  need podman-compose "pipx install podman-compose (on Debian 12 and other PEP 668 systems plain pip install is refused)"
+  engine_error=$(timeout 30 podman info 2>&1 >/dev/null) ||
+    die "podman does not work ('podman info': $(head -n 1 <<<"$engine_error")); $no_engine_hint"
 else
-  need "${compose[0]}" "Docker with the compose plugin (https://docs.docker.com/compose/install/), or pip install podman-compose and set COMPOSE=podman-compose"
+  need "${compose[0]}" "Docker Engine with the compose plugin (https://docs.docker.com/engine/install/); $no_engine_hint"
   if [[ ${compose[0]} == docker ]]; then
-    timeout 30 "${compose[@]}" version >/dev/null 2>&1 ||
-      die "'$COMPOSE' does not work: install the Docker compose plugin, or set COMPOSE"
+    # `docker compose version` answers without an engine; `docker info` needs one.
+    timeout 30 docker compose version >/dev/null 2>&1 ||
+      die "the Docker compose plugin is missing ('docker compose version' fails): install it (https://docs.docker.com/compose/install/linux/), $no_engine_hint"
+    engine_error=$(timeout 30 docker info --format '{{.ServerVersion}}' 2>&1 >/dev/null) ||
+      die "no Docker engine answers ('docker info': $(head -n 1 <<<"$engine_error")): start Docker, $no_engine_hint"
   fi
 fi
 
@@ -151,7 +171,7 @@ client_() { # client_ BIN ARGS...
   local bin=$1
   shift
   if [[ $mode == local ]]; then
-    timeout "$TOOL_TIMEOUT_S" "target/release/$bin" --target "$target" "$@"
+    timeout "$TOOL_TIMEOUT_S" "$bin_dir/$bin" --target "$target" "$@"
   else
     timeout "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T clients "$bin" --target "$target" "$@"
   fi
@@ -170,7 +190,31 @@ capture() {
 }
 
 # ─── Assertion verbs ─────────────────────────────────────────────────────────
-row() { printf '%-42s %-38s %-32s %s\n' "$1" "$2" "$3" "$4"; }
+# layout WIDTHS CELL...: one table row, each cell starting at its column. A
+# cell longer than its column does not push the rest out of line: the row
+# goes on below, each remaining cell still under its own column.
+layout() {
+  local -a widths
+  read -r -a widths <<<"$1"
+  shift
+  local out='' used=0 start=0 i=0 cell
+  for cell in "$@"; do
+    if ((i > 0)); then
+      if ((used >= start)); then
+        out+=$'\n'
+        used=0
+      fi
+      out+=$(printf '%*s' $((start - used)) '')
+      used=$start
+    fi
+    out+=$cell
+    used=$((used + ${#cell}))
+    start=$((start + ${widths[i]:-0} + 1))
+    i=$((i + 1))
+  done
+  printf '%s\n' "$out"
+}
+row() { layout "42 40 40" "$@"; }
 pass() { row "$1" "$2" "$3" ok; }
 fail() { # fail NAME MEASURED BOUND [EVIDENCE_NAME...]
   local name=$1 measured=$2 bound=$3 evidence
@@ -199,7 +243,7 @@ jqn() { jq -rn "$@"; }
 field() { jq -r "$2" "$scratch/$1.out" 2>/dev/null || true; }
 
 summary=()
-note() { summary+=("$(printf '%-36s %s' "$1" "$2")"); }
+note() { summary+=("$(layout 36 "$1" "$2")"); }
 
 # ─── Bring the stack up ──────────────────────────────────────────────────────
 if [[ $mode == local ]]; then
@@ -207,11 +251,19 @@ if [[ $mode == local ]]; then
     say "building: cargo build --release --locked -p routing-server -p routing-clients"
     timeout "$BUILD_TIMEOUT_S" cargo build --release --locked -p routing-server -p routing-clients >&2
   fi
+  # Where cargo puts the binaries: target/ unless CARGO_TARGET_DIR or a
+  # config file says otherwise.
+  target_dir=$(timeout 60 cargo metadata --format-version 1 --no-deps | jq -r .target_directory) ||
+    die "cannot ask cargo for its target directory (cargo metadata failed)"
+  bin_dir=$target_dir/release
   for bin in routing-server footgun-client pooled-client gzip-client keepalive-client; do
-    [[ -x target/release/$bin ]] || die "target/release/$bin is missing: run without --no-build"
+    if [[ ! -x $bin_dir/$bin ]]; then
+      [[ $build == no ]] && die "$bin_dir/$bin is missing: run without --no-build"
+      die "$bin_dir/$bin is missing after cargo build"
+    fi
   done
   # Port 0: the kernel picks a free port, which the server logs.
-  RUST_LOG=info target/release/routing-server --listen 127.0.0.1:0 >"$scratch/server.out" 2>"$scratch/server.log" &
+  RUST_LOG=info "$bin_dir/routing-server" --listen 127.0.0.1:0 >"$scratch/server.out" 2>"$scratch/server.log" &
   server_pid=$!
   for _ in $(seq 100); do
     target=$(grep -o 'local_addr=127\.0\.0\.1:[0-9]*' "$scratch/server.log" | head -n 1 | cut -d= -f2 || true)
@@ -237,12 +289,25 @@ fi
 say "verify.sh: mode=$mode target=$target"
 
 # Readiness: poll the gRPC health check, bounded. Never a fixed sleep.
+# Two kinds of failure look alike and are not: a server that is not ready yet
+# (grpcurl cannot dial it, or it answers UNAVAILABLE or NOT_SERVING) is polled
+# again; a tool that cannot run at all (a broken binary or image, a bad flag,
+# an engine error) will not get better, so it stops the script at once.
+not_ready_yet() { # reads the last `ready` capture
+  ((rc == 0)) || grep -qE 'Failed to dial target host|Code: Unavailable' "$scratch/ready.err"
+}
 deadline=$((SECONDS + READY_TIMEOUT_S))
 status=
 while ((SECONDS < deadline)); do
-  capture ready grpcurl_ -plaintext -d '{}' "$target" grpc.health.v1.Health/Check
+  capture ready grpcurl_ -plaintext -connect-timeout "$READY_PROBE_S" -max-time "$READY_PROBE_S" \
+    -d '{}' "$target" grpc.health.v1.Health/Check
   status=$(field ready .status)
   [[ $status == SERVING ]] && break
+  if ! not_ready_yet; then
+    say "--- grpcurl (exit $rc) stderr:"
+    tail -n 20 "$scratch/ready.err" >&2
+    die "grpcurl cannot run, so the server's health cannot be checked (exit $rc, stderr above)"
+  fi
   if [[ $mode == local ]] && ! kill -0 "$server_pid" 2>/dev/null; then break; fi
   sleep 1
 done
@@ -275,11 +340,15 @@ check "3 ListRoutes default page" "${got:-no answer}" "rte_001,rte_002,rte_003 n
   "$([[ $got == "rte_001,rte_002,rte_003 next=3" ]] && echo true)" page
 
 # ─── 4. Channel reuse ────────────────────────────────────────────────────────
+# The gate compares the median call of each client: one scheduler hiccup can
+# stretch a total by half, but barely moves the median of $CALLS calls.
 for try in $(seq "$TIMING_ATTEMPTS"); do
   capture footgun client_ footgun-client --calls "$CALLS"
   capture pooled client_ pooled-client --calls "$CALLS"
-  footgun_s=$(field footgun .total_s)
-  pooled_s=$(field pooled .total_s)
+  footgun_s=$(field footgun .median_call_s)
+  pooled_s=$(field pooled .median_call_s)
+  footgun_ms=$(field footgun '.median_call_s * 1e6 | round / 1000')
+  pooled_ms=$(field pooled '.median_call_s * 1e6 | round / 1000')
   footgun_conns=$(field footgun .connections)
   pooled_conns=$(field pooled .connections)
   # Connection counts are facts, not timings: a wrong count fails at once.
@@ -291,15 +360,18 @@ for try in $(seq "$TIMING_ATTEMPTS"); do
   faster=$(jqn --argjson f "$footgun_s" --argjson p "$pooled_s" --argjson k "$FOOTGUN_FACTOR" '$f > $p * $k')
   [[ $faster == true ]] && break
   if ((try < TIMING_ATTEMPTS)); then
-    row "4c footgun slower than pooled (try $try)" "${footgun_s}s vs ${pooled_s}s (x$ratio)" "> x$FOOTGUN_FACTOR" "retry"
+    row "4c median call, footgun vs pooled (try $try)" "$footgun_ms ms vs $pooled_ms ms (x$ratio)" "> x$FOOTGUN_FACTOR" "retry"
   fi
 done
 pass "4a footgun opens a connection per call" "$footgun_conns connections" "$CALLS (= calls)"
 pass "4b pooled reuses one connection" "$pooled_conns connection" "1"
-check "4c footgun slower than pooled" "${footgun_s}s vs ${pooled_s}s (x$ratio)" "> x$FOOTGUN_FACTOR" "$faster" footgun pooled
-note "footgun total_s ($CALLS calls)" "$footgun_s s, $footgun_conns connections"
-note "pooled total_s ($CALLS calls)" "$pooled_s s, $pooled_conns connection"
-note "footgun / pooled" "x$ratio"
+check "4c median call, footgun vs pooled" "$footgun_ms ms vs $pooled_ms ms (x$ratio)" "> x$FOOTGUN_FACTOR" \
+  "$faster" footgun pooled
+# Seconds in the clients' JSON; milliseconds here, where a person reads them.
+timings() { field "$1" '"median \(.median_call_s * 1e6 | round / 1000) ms, total \(.total_s * 1e6 | round / 1000) ms"'; }
+note "footgun ($CALLS calls)" "$(timings footgun), $footgun_conns connections"
+note "pooled ($CALLS calls)" "$(timings pooled), $pooled_conns connection"
+note "footgun / pooled, median call" "x$ratio"
 
 # ─── 5. Message caps ─────────────────────────────────────────────────────────
 capture capped grpcurl_ -plaintext -d '{"pageSize":25}' "$target" "$SERVICE/ListRoutes"

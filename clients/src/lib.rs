@@ -18,16 +18,19 @@
 //!   every number a client prints was measured.
 //! - [`relay`]: a loopback TCP relay that can go silent, to play a dead peer.
 //! - [`output`]: one JSON line on stdout, diagnostics on stderr.
+//! - [`timing`]: the total of a run of calls and the median call.
 
 pub mod baseline;
 pub mod output;
 pub mod relay;
 pub mod target;
+pub mod timing;
 pub mod wire;
 
 pub use baseline::{Baseline, rpc_error, sample_quote_request};
 pub use output::{finish, init_tracing, seconds};
 pub use relay::SilentRelay;
+pub use timing::{CallTimer, Timings};
 pub use wire::{CountingConnector, GoAwayReceived, WireSnapshot};
 
 /// Any failure a client reports before exiting non-zero.

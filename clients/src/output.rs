@@ -8,7 +8,8 @@ use tracing_subscriber::EnvFilter;
 
 use crate::Error;
 
-/// Sends `tracing` output to stderr. `RUST_LOG=debug` shows each connection.
+/// Sends `tracing` output to stderr. `RUST_LOG=routing_clients=debug` shows
+/// each connection; a bare `RUST_LOG=debug` adds every HTTP/2 frame.
 pub fn init_tracing() {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

@@ -25,7 +25,7 @@ async fn footgun_opens_a_connection_per_call() {
     assert_eq!(line["client"], "footgun");
     assert_eq!(line["calls"], 20);
     assert_eq!(line["connections"], 20);
-    assert!(line["total_s"].as_f64().is_some_and(|s| s > 0.0), "{line}");
+    assert_timings(&line, 20);
 }
 
 /// The pooled client makes every call on one connection.
@@ -39,7 +39,22 @@ async fn pooled_reuses_one_connection() {
     assert_eq!(line["client"], "pooled");
     assert_eq!(line["calls"], 20);
     assert_eq!(line["connections"], 1);
-    assert!(line["total_s"].as_f64().is_some_and(|s| s > 0.0), "{line}");
+    assert_timings(&line, 20);
+}
+
+/// The shape of `total_s` and `median_call_s`, and the one relation between
+/// them that holds on any machine: at least half the calls last the median or
+/// longer, and the total covers every call, so the median times half the
+/// calls cannot exceed the total.
+fn assert_timings(line: &serde_json::Value, calls: u32) {
+    let total = line["total_s"].as_f64().expect("total_s is a number");
+    let median = line["median_call_s"]
+        .as_f64()
+        .expect("median_call_s is a number");
+    assert!(total > 0.0 && median > 0.0, "{line}");
+    // Both are rounded to the microsecond: allow that much per term.
+    let half = f64::from(calls.div_ceil(2));
+    assert!(median * half <= total + half * 1e-6, "{line}");
 }
 
 /// Both answers match field for field, and gzip moves under 5% of the bytes.

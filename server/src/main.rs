@@ -4,12 +4,12 @@
 //! Run with:
 //!
 //! ```console
-//! $ cargo run -p routing-server
-//! $ cargo run -p routing-server -- --help           # every knob, flag and env var
-//! $ cargo run -p routing-server -- probe            # exit 0 only when SERVING
+//! $ cargo run --release -p routing-server
+//! $ cargo run --release -p routing-server -- --help # every knob, flag and env var
+//! $ cargo run --release -p routing-server -- probe  # exit 0 only when SERVING
 //! ```
 //!
-//! Logs go to stderr (`RUST_LOG=debug` for one line per call); nothing is
+//! Logs go to stderr (`RUST_LOG=routing_server=debug` for one line per call); nothing is
 //! printed on stdout except by `probe`.
 
 use std::{io::IsTerminal, process::ExitCode, time::Duration};

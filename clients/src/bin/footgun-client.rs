@@ -4,18 +4,19 @@
 //! Run with:
 //!
 //! ```console
-//! $ cargo run -p routing-clients --bin footgun-client -- --calls 50
-//! {"client":"footgun","calls":50,"connections":50,"total_s":0.019479}
+//! $ cargo run --release -p routing-clients --bin footgun-client -- --calls 50
+//! {"client":"footgun","calls":50,"connections":50,"total_s":0.01908,"median_call_s":0.000284}
 //! ```
 //!
-//! `connections` is counted on the wire. Compare `total_s` with `pooled-client`.
+//! `connections` is counted on the wire. Compare `median_call_s`, what one
+//! call costs, and `total_s` with `pooled-client`.
 
 use std::{process::ExitCode, time::Instant};
 
 use clap::Parser;
 use routing_clients::{
-    Baseline, CountingConnector, Error, finish, init_tracing, rpc_error, sample_quote_request,
-    seconds,
+    Baseline, CallTimer, CountingConnector, Error, Timings, finish, init_tracing, rpc_error,
+    sample_quote_request,
 };
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use serde::Serialize;
@@ -38,7 +39,8 @@ struct Report {
     client: &'static str,
     calls: u32,
     connections: u64,
-    total_s: f64,
+    #[serde(flatten)]
+    timings: Timings,
 }
 
 // One thread: the calls are sequential, and timings are steadier without
@@ -54,8 +56,9 @@ async fn run(args: Args) -> Result<Report, Error> {
     let wire = CountingConnector::new();
     let request = sample_quote_request();
 
-    let started = Instant::now();
+    let mut timer = CallTimer::start();
     for _ in 0..args.calls {
+        let call = Instant::now();
         // The footgun: a new channel, so a new connection, for every call.
         let channel = args.baseline.connect(&endpoint, wire.clone()).await?;
         let mut client = RoutingServiceClient::new(channel);
@@ -63,13 +66,13 @@ async fn run(args: Args) -> Result<Report, Error> {
             .get_quote(request.clone())
             .await
             .map_err(rpc_error("GetQuote"))?;
+        timer.record(call);
     }
-    let total_s = seconds(started.elapsed());
 
     Ok(Report {
         client: "footgun",
         calls: args.calls,
         connections: wire.snapshot().connections,
-        total_s,
+        timings: timer.finish(),
     })
 }

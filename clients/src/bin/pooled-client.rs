@@ -4,18 +4,19 @@
 //! Run with:
 //!
 //! ```console
-//! $ cargo run -p routing-clients --bin pooled-client -- --calls 50
-//! {"client":"pooled","calls":50,"connections":1,"total_s":0.007234}
+//! $ cargo run --release -p routing-clients --bin pooled-client -- --calls 50
+//! {"client":"pooled","calls":50,"connections":1,"total_s":0.005525,"median_call_s":0.000095}
 //! ```
 //!
-//! `connections` is counted on the wire. Compare `total_s` with `footgun-client`.
+//! `connections` is counted on the wire. Compare `median_call_s`, what one
+//! call costs, and `total_s` with `footgun-client`.
 
 use std::{process::ExitCode, time::Instant};
 
 use clap::Parser;
 use routing_clients::{
-    Baseline, CountingConnector, Error, finish, init_tracing, rpc_error, sample_quote_request,
-    seconds,
+    Baseline, CallTimer, CountingConnector, Error, Timings, finish, init_tracing, rpc_error,
+    sample_quote_request,
 };
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use serde::Serialize;
@@ -35,7 +36,8 @@ struct Report {
     client: &'static str,
     calls: u32,
     connections: u64,
-    total_s: f64,
+    #[serde(flatten)]
+    timings: Timings,
 }
 
 // One thread: the calls are sequential, and timings are steadier without
@@ -51,23 +53,24 @@ async fn run(args: Args) -> Result<Report, Error> {
     let wire = CountingConnector::new();
     let request = sample_quote_request();
 
-    let started = Instant::now();
+    let mut timer = CallTimer::start();
     // The fix: one channel, opened once. Clones of a client share it.
     let channel = args.baseline.connect(&endpoint, wire.clone()).await?;
     let client = RoutingServiceClient::new(channel);
     for _ in 0..args.calls {
+        let call = Instant::now();
         let mut client = client.clone();
         client
             .get_quote(request.clone())
             .await
             .map_err(rpc_error("GetQuote"))?;
+        timer.record(call);
     }
-    let total_s = seconds(started.elapsed());
 
     Ok(Report {
         client: "pooled",
         calls: args.calls,
         connections: wire.snapshot().connections,
-        total_s,
+        timings: timer.finish(),
     })
 }
