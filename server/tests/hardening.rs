@@ -15,8 +15,8 @@ use harness::{
     h2client::{CallEnd, H2Conn, ReceiveWindows, await_end, unfinished_message},
     raw::RawConn,
 };
-use routing_contracts::routing::{GetQuoteRequest, ListRoutesRequest};
-use routing_contracts::types::CargoItem;
+use routing_clients::sample_quote_request;
+use routing_contracts::routing::ListRoutesRequest;
 use routing_server::{Config, LocalServer};
 use tokio::{io::AsyncReadExt, net::TcpStream, time::Instant};
 
@@ -25,21 +25,10 @@ use support::{MIB, client, start_with};
 /// Long enough for anything that should happen; only a hang takes this long.
 const BOUND: Duration = Duration::from_secs(10);
 
-fn quote() -> GetQuoteRequest {
-    GetQuoteRequest {
-        origin: "NLRTM".into(),
-        destination: "SGSIN".into(),
-        cargo: vec![CargoItem {
-            description: "machine parts".into(),
-            weight_kg: 400.4,
-        }],
-    }
-}
-
 /// Another, well-behaved client gets its quote.
 async fn others_are_served(server: &LocalServer) {
     let mut client = client(server).await;
-    let quote = tokio::time::timeout(BOUND, client.get_quote(quote()))
+    let quote = tokio::time::timeout(BOUND, client.get_quote(sample_quote_request()))
         .await
         .expect("GetQuote answered in time")
         .expect("GetQuote succeeds");
@@ -176,7 +165,7 @@ async fn made_you_reset_gets_enhance_your_calm() {
     let mut conn = RawConn::connect(server.addr()).await.expect("connects");
     conn.handshake().await.expect("handshake");
 
-    let body = grpc::framed(&quote());
+    let body = grpc::framed(&sample_quote_request());
     for i in 0..40u32 {
         let stream = 2 * i + 1;
         let writer = conn.writer();
@@ -263,7 +252,7 @@ async fn connections_above_the_cap_are_closed_at_once() {
                     channel,
                 );
             client
-                .get_quote(quote())
+                .get_quote(sample_quote_request())
                 .await
                 .map_err(|status| Box::new(status) as Box<dyn std::error::Error + Send + Sync>)?;
             Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
@@ -364,7 +353,7 @@ async fn non_grpc_content_types_get_415() {
             .open_call(
                 grpc::GET_QUOTE,
                 content_type,
-                grpc::framed(&quote()),
+                grpc::framed(&sample_quote_request()),
                 true,
                 BOUND,
             )
