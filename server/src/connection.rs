@@ -610,6 +610,82 @@ mod tests {
         }
     }
 
+    /// One HTTP/2 frame as bytes.
+    fn frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
+        let len = u32::try_from(payload.len()).expect("small payload");
+        let mut f = len.to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags]);
+        f.extend_from_slice(&stream_id.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// Given a server that is halfway through writing a DATA frame when a
+    /// client's fourth quick PING arrives, when the server writes on, then
+    /// the client receives the rest of that frame and nothing else of the
+    /// server's, then the GOAWAY too_many_pings, then the end of the stream:
+    /// the GOAWAY lands on a frame boundary, and no frame follows it.
+    #[tokio::test]
+    async fn goaway_waits_for_a_frame_boundary_and_nothing_follows_it() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let mut client = TcpStream::connect(listener.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (accepted, peer) = listener.accept().await.expect("accept");
+        let slot = Arc::new(Semaphore::new(1))
+            .try_acquire_owned()
+            .expect("a free slot");
+        let mut server = Connection::new(
+            accepted,
+            peer,
+            slot,
+            ConnectionPolicy {
+                handshake_timeout: Duration::from_secs(10),
+                min_ping_interval: Some(FLOOR),
+                permit_pings_without_calls: true,
+            },
+        );
+
+        // The server (standing in for hyper) starts a 100-byte DATA frame.
+        let data = frame(kind::DATA, 0, 1, &[7; 100]);
+        let (first, rest) = data.split_at(40);
+        assert_eq!(server.write(first).await.expect("write"), first.len());
+
+        // The client's opening and four PINGs, far quicker than the floor.
+        let mut opening = h2_frames::PREFACE.to_vec();
+        opening.extend(frame(kind::SETTINGS, 0, 0, &[]));
+        for i in 0..4u8 {
+            opening.extend(frame(kind::PING, 0, 0, &[i; 8]));
+        }
+        client.write_all(&opening).await.expect("client writes");
+        let mut seen = 0;
+        let mut buf = [0u8; 256];
+        while seen < opening.len() {
+            let n = server.read(&mut buf).await.expect("server reads");
+            assert!(n > 0, "the server read the client's bytes");
+            seen += n;
+        }
+
+        // Writing on: only the rest of the started frame goes out...
+        let mut more = rest.to_vec();
+        more.extend(frame(kind::PING, flag::ACK, 0, &[0; 8]));
+        assert_eq!(server.write(&more).await.expect("write"), rest.len());
+        // ...then the GOAWAY, and every later write fails.
+        assert!(server.write(&more[rest.len()..]).await.is_err());
+        assert!(server.write(b"anything").await.is_err());
+
+        let mut received = Vec::new();
+        client
+            .read_to_end(&mut received)
+            .await
+            .expect("the client reads to the end");
+        let mut expected = data;
+        expected.extend(GoAway::too_many_pings(0).encode());
+        assert_eq!(received, expected);
+    }
+
     #[test]
     fn accept_backoff_doubles_from_5_ms_to_1_s() {
         let mut waits = Vec::new();
