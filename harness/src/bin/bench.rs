@@ -19,25 +19,25 @@
 //! It prints the table on stdout: one column per server and, with
 //! `--compare`, a `ratio` column (target ÷ compared server; below 1.00× the
 //! target uses less). Each phase runs on both servers before the next one
-//! starts. A real run (this server on port 29181, the grpc-go peer on 29190,
-//! a shared 2-core VM with other builds running, so the numbers are noisy):
+//! starts. A real run (this server on port 29482, the grpc-go peer on 29491,
+//! the 2-core test VM with nothing else running):
 //!
 //! ```text
-//! # 2 cores, 1-minute load average 5.90 at start
-//! measurement                                                 127.0.0.1:29181  127.0.0.1:29190  ratio
+//! # 2 cores, 1-minute load average 0.43 at start
+//! measurement                                                 127.0.0.1:29482  127.0.0.1:29491  ratio
 //! ---------------------------------------------------------------------------------------------------
-//! server RSS at rest (MiB)                                               11.1             18.0  0.62×
-//! server RSS per idle HTTP/2 connection (KiB, 1000 held)                 16.9             18.1  0.93×
-//! GetQuote -c 50: server CPU per call (µs)                               20.5             27.5  0.75×
-//! GetQuote -c 50: p50 latency (ms)                                      1.899            1.085  1.75×
-//! GetQuote -c 50: p99 latency (ms)                                      9.221            9.558  0.96×
-//! GetQuote -c 50: calls per second                                      21579            28592  0.75×
-//! ListRoutes page 25 -c 2 identity: server CPU per call (ms)             4.90             3.70  1.32×
-//! ListRoutes page 25 -c 2 identity: p50 latency (ms)                    19.36            11.75  1.65×
-//! ListRoutes page 25 -c 2 identity: p99 latency (ms)                    87.92            31.61  2.78×
-//! ListRoutes page 25 -c 2 gzip: server CPU per call (ms)                10.70            11.20  0.96×
-//! ListRoutes page 25 -c 2 gzip: p50 latency (ms)                        32.48            27.17  1.20×
-//! ListRoutes page 25 -c 2 gzip: p99 latency (ms)                        99.07            87.97  1.13×
+//! server RSS at rest (MiB)                                               12.2             17.9  0.68×
+//! server RSS per idle HTTP/2 connection (KiB, 1000 held)                 13.6             18.1  0.75×
+//! GetQuote -c 50: server CPU per call (µs)                               14.0             25.0  0.56×
+//! GetQuote -c 50: p50 latency (ms)                                      0.987            1.165  0.85×
+//! GetQuote -c 50: p99 latency (ms)                                      2.394            4.177  0.57×
+//! GetQuote -c 50: calls per second                                      46048            37582  1.23×
+//! ListRoutes page 25 -c 2 identity: server CPU per call (ms)             3.80             3.40  1.12×
+//! ListRoutes page 25 -c 2 identity: p50 latency (ms)                    10.28             7.86  1.31×
+//! ListRoutes page 25 -c 2 identity: p99 latency (ms)                    20.18            14.37  1.40×
+//! ListRoutes page 25 -c 2 gzip: server CPU per call (ms)                 3.00            12.90  0.23×
+//! ListRoutes page 25 -c 2 gzip: p50 latency (ms)                         6.87            16.32  0.42×
+//! ListRoutes page 25 -c 2 gzip: p99 latency (ms)                        13.90            26.97  0.52×
 //! calls measured                                                        20200            20200      -
 //! errors                                                                    0                0      -
 //! ```
