@@ -133,6 +133,17 @@ impl FrameHeader {
     }
 }
 
+/// One whole frame as bytes: header, then `payload`.
+pub fn encode_frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).expect("a frame payload fits 24 bits");
+    let mut frame = Vec::with_capacity(HEADER_LEN + payload.len());
+    frame.extend_from_slice(&len.to_be_bytes()[1..]);
+    frame.extend_from_slice(&[kind, flags]);
+    frame.extend_from_slice(&(stream_id & 0x7fff_ffff).to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
 /// A frame the tracker has seen in full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame<'a> {
@@ -306,14 +317,11 @@ impl GoAway {
 
     /// The whole frame, header included, ready to write.
     pub fn encode(&self) -> Vec<u8> {
-        let len = u32::try_from(8 + self.debug_data.len()).expect("debug data is short");
-        let mut frame = Vec::with_capacity(HEADER_LEN + 8 + self.debug_data.len());
-        frame.extend_from_slice(&len.to_be_bytes()[1..]);
-        frame.extend_from_slice(&[kind::GOAWAY, 0, 0, 0, 0, 0]);
-        frame.extend_from_slice(&(self.last_stream_id & 0x7fff_ffff).to_be_bytes());
-        frame.extend_from_slice(&self.error_code.to_be_bytes());
-        frame.extend_from_slice(&self.debug_data);
-        frame
+        let mut payload = Vec::with_capacity(8 + self.debug_data.len());
+        payload.extend_from_slice(&(self.last_stream_id & 0x7fff_ffff).to_be_bytes());
+        payload.extend_from_slice(&self.error_code.to_be_bytes());
+        payload.extend_from_slice(&self.debug_data);
+        encode_frame(kind::GOAWAY, 0, 0, &payload)
     }
 }
 
@@ -321,14 +329,7 @@ impl GoAway {
 mod tests {
     use super::*;
 
-    fn frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
-        let len = u32::try_from(payload.len()).expect("small payload");
-        let mut f = len.to_be_bytes()[1..].to_vec();
-        f.extend_from_slice(&[kind, flags]);
-        f.extend_from_slice(&stream_id.to_be_bytes());
-        f.extend_from_slice(payload);
-        f
-    }
+    use encode_frame as frame;
 
     /// A client's opening: preface, SETTINGS, HEADERS on stream 1, a PING,
     /// a PING ack, and a GOAWAY whose debug data is longer than kept.

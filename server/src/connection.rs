@@ -610,15 +610,7 @@ mod tests {
         }
     }
 
-    /// One HTTP/2 frame as bytes.
-    fn frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
-        let len = u32::try_from(payload.len()).expect("small payload");
-        let mut f = len.to_be_bytes()[1..].to_vec();
-        f.extend_from_slice(&[kind, flags]);
-        f.extend_from_slice(&stream_id.to_be_bytes());
-        f.extend_from_slice(payload);
-        f
-    }
+    use h2_frames::encode_frame as frame;
 
     /// Given a server that is halfway through writing a DATA frame when a
     /// client's fourth quick PING arrives, when the server writes on, then
