@@ -11,7 +11,8 @@
 //!     `ENHANCE_YOUR_CALM` `too_many_pings`, written between two outgoing
 //!     frames, and the connection is closed once it is written;
 //!   - **close on request**: [`Closer::close`] ends a connection whose
-//!     response missed its send deadline ([`crate::edge`]).
+//!     response missed its send deadline ([`crate::edge`]);
+//!   - **fewer, larger writes** for bulk responses ([`crate::coalesce`]).
 
 use std::{
     collections::HashSet,
@@ -33,6 +34,7 @@ use tokio::{
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 
+use crate::coalesce::Coalesce;
 use crate::knobs::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, FD_HEADROOM, MAX_PING_STRIKES};
 use h2_frames::{Frame, FrameTracker, GoAway, flag, kind};
 
@@ -276,7 +278,7 @@ enum Goaway {
 /// the frame headers go by.
 #[derive(Debug)]
 pub struct Connection {
-    stream: TcpStream,
+    stream: Coalesce<TcpStream>,
     info: ConnectionInfo,
     /// Held while the connection lives: one slot of the connection cap.
     _slot: OwnedSemaphorePermit,
@@ -303,7 +305,7 @@ impl Connection {
     ) -> Self {
         let notify = Arc::new(Notify::new());
         Self {
-            stream,
+            stream: Coalesce::new(stream),
             info: ConnectionInfo {
                 remote_addr,
                 closer: Closer(Arc::clone(&notify)),

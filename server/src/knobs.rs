@@ -143,6 +143,24 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// runs tokio's multi-thread runtime with that many workers.
 pub const WORKER_THREADS: usize = 1;
 
+/// Bytes of large DATA frames gathered into one write on a connection:
+/// 256 KiB (see [`crate::coalesce`]).
+///
+/// h2 writes every DATA frame in its own system call, at the 16 KiB frame
+/// size clients usually allow: about 310 writes, and as many TCP segments,
+/// for a 5 MB ListRoutes page. Gathering them into 256 KiB writes takes about
+/// 20. Measured on the 2-core test machine, 200 identity ListRoutes calls:
+/// 2.9 ms of server CPU per call before, 2.2 ms after, kernel time down by
+/// almost half for one extra copy in user space. The buffer exists only while
+/// a connection is sending large frames, and it is freed when the burst ends,
+/// so idle connections and GetQuote traffic never hold one.
+pub const COALESCE_BYTES: usize = 256 * 1024;
+
+/// Writes smaller than this (8 KiB) go straight to the socket when nothing is
+/// gathered, so GetQuote answers and control frames are never held back or
+/// copied.
+pub const COALESCE_MIN_WRITE: usize = 8 * 1024;
+
 /// Graceful shutdown: after SIGTERM or Ctrl+C the server stops accepting,
 /// lets calls in flight finish, and gives up waiting after 10 s.
 /// compose.yaml allows 15 s before SIGKILL, so the drain can finish.

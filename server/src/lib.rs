@@ -26,6 +26,7 @@
 
 pub mod budget;
 pub mod catalog;
+pub mod coalesce;
 pub mod compression;
 pub mod connection;
 pub mod edge;

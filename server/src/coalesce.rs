@@ -1,0 +1,335 @@
+//! Write coalescing for bulk responses.
+//!
+//! h2 writes each DATA frame as its own `writev` and flushes after every
+//! one: with a client's usual 16 KiB frame size, a 5 MB ListRoutes page is
+//! about 310 system calls and as many TCP segments. grpc-go writes through
+//! a 32 KiB buffer, so half as many. [`Coalesce`] gathers full-size frames
+//! in a buffer of [`COALESCE_BYTES`] and writes them in one system call.
+//!
+//! The catch is flushing. h2 flushes after every large frame, so this
+//! wrapper treats a flush right after a large write as "more may follow":
+//! it keeps the bytes, wakes its task, and only writes them when the task
+//! runs again and flushes with nothing new written, or when the buffer is
+//! full, or on shutdown. Small writes (GetQuote answers, control frames)
+//! pass straight through, so they are never delayed.
+
+use std::{
+    io,
+    pin::Pin,
+    task::{Context, Poll, ready},
+};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::knobs::{COALESCE_BYTES, COALESCE_MIN_WRITE};
+
+/// An IO whose large writes are gathered into fewer system calls.
+#[derive(Debug)]
+pub struct Coalesce<T> {
+    inner: T,
+    buf: Vec<u8>,
+    /// Bytes of `buf` already written to `inner`.
+    sent: usize,
+    /// A write arrived since the last deferred flush.
+    wrote: bool,
+}
+
+impl<T> Coalesce<T> {
+    pub fn new(inner: T) -> Self {
+        Self {
+            inner,
+            buf: Vec::new(),
+            sent: 0,
+            wrote: false,
+        }
+    }
+
+    pub fn get_ref(&self) -> &T {
+        &self.inner
+    }
+}
+
+impl<T: AsyncWrite + Unpin> Coalesce<T> {
+    /// Writes out everything buffered.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.sent < self.buf.len() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buf[self.sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        self.buf.clear();
+        self.sent = 0;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Coalesce<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesce<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[io::IoSlice::new(buf)])
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        if this.buf.is_empty() && len < COALESCE_MIN_WRITE {
+            return Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        }
+        if this.buf.len() + len > COALESCE_BYTES {
+            ready!(this.poll_drain(cx))?;
+            if len > COALESCE_BYTES {
+                return Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+            }
+        }
+        if this.buf.capacity() == 0 {
+            this.buf.reserve_exact(COALESCE_BYTES);
+        }
+        for b in bufs {
+            this.buf.extend_from_slice(b);
+        }
+        this.wrote = true;
+        Poll::Ready(Ok(len))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.buf.is_empty() {
+            if std::mem::take(&mut this.wrote) {
+                // More frames are probably coming in this same poll: keep
+                // them, and come back for them when the task runs again.
+                cx.waker().wake_by_ref();
+                return Poll::Ready(Ok(()));
+            }
+            ready!(this.poll_drain(cx))?;
+            // The burst is over: give the memory back until the next one.
+            this.buf = Vec::new();
+        }
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_drain(cx))?;
+        this.buf = Vec::new();
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+    use std::task::{Wake, Waker};
+
+    use super::*;
+
+    /// A socket that records each write call, accepting at most `limit`
+    /// bytes per call.
+    #[derive(Debug, Default)]
+    struct Socket {
+        writes: Vec<Vec<u8>>,
+        limit: Option<usize>,
+        shut_down: bool,
+    }
+
+    impl AsyncWrite for Socket {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let this = self.get_mut();
+            let n = this.limit.map_or(buf.len(), |l| l.min(buf.len()));
+            this.writes.push(buf[..n].to_vec());
+            Poll::Ready(Ok(n))
+        }
+
+        /// Like `writev`: all the slices in one call.
+        fn poll_write_vectored(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            bufs: &[io::IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            self.poll_write(cx, &all)
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.get_mut().shut_down = true;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Counts wake-ups.
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    struct Harness {
+        io: Coalesce<Socket>,
+        wakes: Arc<Wakes>,
+        waker: Waker,
+    }
+
+    impl Harness {
+        fn new(limit: Option<usize>) -> Self {
+            let wakes = Arc::new(Wakes::default());
+            Self {
+                io: Coalesce::new(Socket {
+                    limit,
+                    ..Socket::default()
+                }),
+                waker: Waker::from(Arc::clone(&wakes)),
+                wakes,
+            }
+        }
+
+        /// One write call as h2 makes it: a 9-byte frame header and a payload.
+        fn write_frame(&mut self, fill: u8, payload: usize) -> usize {
+            let head = [fill; 9];
+            let body = vec![fill; payload];
+            let bufs = [io::IoSlice::new(&head), io::IoSlice::new(&body)];
+            let mut cx = Context::from_waker(&self.waker);
+            match Pin::new(&mut self.io).poll_write_vectored(&mut cx, &bufs) {
+                Poll::Ready(Ok(n)) => n,
+                other => panic!("write did not complete: {other:?}"),
+            }
+        }
+
+        fn flush(&mut self) {
+            let mut cx = Context::from_waker(&self.waker);
+            let flushed = Pin::new(&mut self.io).poll_flush(&mut cx);
+            assert!(matches!(flushed, Poll::Ready(Ok(()))), "{flushed:?}");
+        }
+
+        fn written(&self) -> Vec<usize> {
+            self.io.get_ref().writes.iter().map(Vec::len).collect()
+        }
+
+        fn wakes(&self) -> usize {
+            self.wakes.0.load(Ordering::Relaxed)
+        }
+    }
+
+    const FRAME: usize = 16 * 1024;
+
+    #[test]
+    fn small_writes_go_straight_out() {
+        let mut h = Harness::new(None);
+        assert_eq!(h.write_frame(1, 100), 109);
+        assert_eq!(h.written(), [109], "written at once, as one call");
+        h.flush();
+        assert_eq!(h.wakes(), 0, "nothing held, so no second pass");
+    }
+
+    /// h2's pattern: write a frame, flush, write the next, flush... The frames
+    /// are held, the task is woken, and the flush that follows no new write
+    /// sends them all in one call, in order.
+    #[test]
+    fn large_frames_are_gathered_until_a_flush_with_nothing_new() {
+        let mut h = Harness::new(None);
+        for fill in 1..=3 {
+            assert_eq!(h.write_frame(fill, FRAME), 9 + FRAME);
+            h.flush();
+        }
+        assert!(h.written().is_empty(), "held: {:?}", h.written());
+        assert_eq!(h.wakes(), 3, "each deferred flush wakes the task");
+        h.flush();
+        assert_eq!(h.written(), [3 * (9 + FRAME)]);
+        let sent = &h.io.get_ref().writes[0];
+        assert_eq!(sent[0], 1);
+        assert_eq!(sent[9 + FRAME], 2);
+        assert_eq!(sent[sent.len() - 1], 3);
+        assert_eq!(
+            h.io.buf.capacity(),
+            0,
+            "the buffer is freed after the burst"
+        );
+    }
+
+    #[test]
+    fn a_full_buffer_is_written_before_more_is_taken() {
+        let mut h = Harness::new(None);
+        let per_frame = 9 + FRAME;
+        let fit = COALESCE_BYTES / per_frame;
+        for _ in 0..fit {
+            h.write_frame(7, FRAME);
+        }
+        assert!(h.written().is_empty());
+        h.write_frame(8, FRAME);
+        assert_eq!(
+            h.written(),
+            [fit * per_frame],
+            "the full buffer went out first"
+        );
+        h.flush();
+        h.flush();
+        assert_eq!(h.written(), [fit * per_frame, per_frame]);
+    }
+
+    #[test]
+    fn small_writes_after_large_ones_keep_their_order() {
+        let mut h = Harness::new(None);
+        h.write_frame(1, FRAME);
+        h.write_frame(2, 10); // e.g. the trailers, queued behind the data
+        h.flush();
+        h.flush();
+        assert_eq!(h.written(), [9 + FRAME + 19]);
+        assert_eq!(*h.io.get_ref().writes[0].last().expect("bytes"), 2);
+    }
+
+    #[test]
+    fn shutdown_writes_everything_first() {
+        let mut h = Harness::new(None);
+        h.write_frame(1, FRAME);
+        h.flush();
+        let mut cx = Context::from_waker(&h.waker);
+        let shut = Pin::new(&mut h.io).poll_shutdown(&mut cx);
+        assert!(matches!(shut, Poll::Ready(Ok(()))));
+        assert_eq!(h.written(), [9 + FRAME]);
+        assert!(h.io.get_ref().shut_down);
+    }
+
+    #[test]
+    fn short_writes_are_resumed() {
+        let mut h = Harness::new(Some(5000));
+        h.write_frame(1, FRAME);
+        h.flush();
+        h.flush();
+        assert_eq!(h.written(), [5000, 5000, 5000, 9 + FRAME - 15_000]);
+    }
+}
