@@ -1,5 +1,6 @@
-//! The gRPC edge: what every call passes through before tonic sees it and
-//! after tonic answers it.
+//! The gRPC edge: what every call passes through before tonic sees it
+//! ([`EdgeLayer`]), and what a large response carries until it is sent
+//! ([`hold_until_sent`]).
 //!
 //! - A request whose `content-type` does not start with `application/grpc`
 //!   gets HTTP 415, as the gRPC-over-HTTP/2 spec says (grpc-go answers the
@@ -9,7 +10,8 @@
 //! - A response whose handler reserved memory from the response budget
 //!   (ListRoutes, see [`crate::service`]) keeps that reservation until its
 //!   last byte has left; if that takes longer than the send deadline, the
-//!   client is not reading, and its connection is closed.
+//!   client is not reading, and its connection is closed. Only ListRoutes
+//!   pays for this: GetQuote answers pass the edge with nothing added.
 
 use std::{
     future::Future,
@@ -20,6 +22,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use futures_util::future::{Either, Ready, ready as answer_now};
 use http::{HeaderValue, StatusCode, header::CONTENT_TYPE};
 use http_body::{Body as HttpBody, Frame};
 use tokio::{sync::oneshot, time::Sleep};
@@ -36,13 +39,7 @@ use crate::{
 pub struct EdgeConfig {
     pub request_budget: Arc<ByteBudget>,
     pub request_deadline: Duration,
-    pub send_deadline: Duration,
 }
-
-/// Response memory a handler has reserved. The handler puts it in the
-/// response's extensions; the edge holds it until the response is sent.
-#[derive(Debug, Clone)]
-pub struct HeldResponse(pub Arc<Reservation>);
 
 /// Wraps the whole server (see [`EdgeLayer`]).
 #[derive(Debug, Clone)]
@@ -76,16 +73,14 @@ pub struct Edge<S> {
     config: Arc<EdgeConfig>,
 }
 
-type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
-
 impl<S> Service<http::Request<Body>> for Edge<S>
 where
     S: Service<http::Request<Body>, Response = http::Response<Body>>,
-    S::Future: Send + 'static,
 {
     type Response = http::Response<Body>;
     type Error = S::Error;
-    type Future = BoxFuture<Self::Response, Self::Error>;
+    /// The 415 answer, or the inner service's own future: nothing is boxed.
+    type Future = Either<Ready<Result<Self::Response, Self::Error>>, S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -94,26 +89,10 @@ where
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let content_type = req.headers().get(CONTENT_TYPE);
         if !content_type.is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc")) {
-            let response = unsupported_media_type(content_type);
-            return Box::pin(async move { Ok(response) });
+            return Either::Left(answer_now(Ok(unsupported_media_type(content_type))));
         }
-        let connection = req.extensions().get::<ConnectionInfo>().cloned();
-        let config = Arc::clone(&self.config);
-        let req = req.map(|body| Body::new(GuardedRequest::new(body, &config)));
-        let answer = self.inner.call(req);
-        Box::pin(async move {
-            let mut response = answer.await?;
-            if let Some(HeldResponse(reservation)) = response.extensions_mut().remove() {
-                let (sent, watched) = oneshot::channel();
-                let held = Arc::new(InFlight {
-                    _reservation: reservation,
-                    _sent: sent,
-                });
-                watch_send_deadline(watched, connection, config.send_deadline);
-                response = response.map(|body| Body::new(HeldBody { body, held }));
-            }
-            Ok(response)
-        })
+        let req = req.map(|body| Body::new(GuardedRequest::new(body, &self.config)));
+        Either::Right(self.inner.call(req))
     }
 }
 
@@ -230,6 +209,29 @@ impl HttpBody for GuardedRequest {
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
     }
+}
+
+/// Response memory a handler has reserved. The handler puts it in the
+/// response's extensions; [`hold_until_sent`] moves it into the body.
+#[derive(Debug, Clone)]
+pub struct HeldResponse(pub Arc<Reservation>);
+
+/// Makes `response` hold `reservation` until its last byte has left the
+/// server, and closes `connection` if that has not happened within
+/// `deadline` (see knobs::SEND_DEADLINE).
+pub fn hold_until_sent(
+    response: http::Response<Body>,
+    reservation: Arc<Reservation>,
+    connection: Option<ConnectionInfo>,
+    deadline: Duration,
+) -> http::Response<Body> {
+    let (sent, watched) = oneshot::channel();
+    let held = Arc::new(InFlight {
+        _reservation: reservation,
+        _sent: sent,
+    });
+    watch_send_deadline(watched, connection, deadline);
+    response.map(|body| Body::new(HeldBody { body, held }))
 }
 
 /// What a budgeted response holds until its last byte has left the server:

@@ -166,11 +166,6 @@ pub const COALESCE_MIN_WRITE: usize = 8 * 1024;
 /// compose.yaml allows 15 s before SIGKILL, so the drain can finish.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Responses are gzip-compressed when the client accepts gzip, except for
-/// these methods. GetQuote answers are ~100 bytes: compressing them costs CPU
-/// and can even make them larger. The level is fixed by tonic at 6.
-pub const UNCOMPRESSED_METHODS: &[&str] = &["/shipping.routing.v1.RoutingService/GetQuote"];
-
 /// The server's settings: the knobs above, each overridable by a flag or an
 /// environment variable so readers can experiment without recompiling.
 #[derive(Debug, Clone, clap::Args)]

@@ -10,11 +10,11 @@
 //! - [`quote`]: GetQuote validation and the pricing formula (pure).
 //! - [`catalog`]: the padded catalog, pagination and field masks (pure).
 //! - [`page_codec`]: encodes a ListRoutes page straight from the catalog.
-//! - [`service`]: the gRPC adapter that maps both onto `Status` codes, and
-//!   serves ListRoutes through `page_codec`.
-//! - [`compression`]: the tower layer that keeps GetQuote uncompressed.
+//! - [`service`]: the gRPC adapter that maps both onto `Status` codes,
+//!   serves ListRoutes through `page_codec`, and gzips only ListRoutes pages.
 //! - [`connection`]: per-connection policies: the connection cap, accept
 //!   back-off, handshake timeout and the keepalive ping floor.
+//! - [`coalesce`]: gathers large DATA frames into fewer writes.
 //! - [`edge`]: per-call guards: HTTP 415 for non-gRPC requests, request
 //!   deadline and budget, response budget and send deadline.
 //! - [`budget`]: the server-wide byte budgets behind them.
@@ -27,7 +27,6 @@
 pub mod budget;
 pub mod catalog;
 pub mod coalesce;
-pub mod compression;
 pub mod connection;
 pub mod edge;
 pub mod knobs;

@@ -13,10 +13,9 @@ use tonic_health::ServingStatus;
 use crate::{
     budget::ByteBudget,
     catalog::Catalog,
-    compression::IdentityResponsesLayer,
     connection::{self, ConnectionPolicy},
     edge::{EdgeConfig, EdgeLayer},
-    knobs::{Config, UNCOMPRESSED_METHODS},
+    knobs::Config,
     service::{RoutingApi, RoutingServer},
 };
 
@@ -26,7 +25,8 @@ pub type Error = Box<dyn std::error::Error + Send + Sync>;
 /// The routing service with the chapter's message caps and compression.
 pub fn routing_service(config: &Config) -> RoutingServer {
     let response_budget = ByteBudget::new("response budget", config.response_budget_bytes);
-    let service = RoutingServer::new(RoutingApi::new(Catalog::new(), response_budget))
+    let api = RoutingApi::new(Catalog::new(), response_budget, config.send_deadline());
+    let service = RoutingServer::new(api)
         // Send cap: tonic's default is unlimited, so set it (see knobs).
         .max_encoding_message_size(config.max_send_bytes)
         // Receive cap: tonic's default is already 4 MiB; we state it anyway.
@@ -37,7 +37,7 @@ pub fn routing_service(config: &Config) -> RoutingServer {
     if config.no_gzip {
         return service;
     }
-    // Compress responses, but only for clients that accept gzip.
+    // Compress ListRoutes pages, but only for clients that accept gzip.
     service.send_compressed(CompressionEncoding::Gzip)
 }
 
@@ -80,7 +80,6 @@ pub async fn run(
     let edge = EdgeLayer::new(EdgeConfig {
         request_budget: ByteBudget::new("request budget", config.request_budget_bytes),
         request_deadline: config.request_deadline(),
-        send_deadline: config.send_deadline(),
     });
 
     let drain_started = Arc::new(Notify::new());
@@ -111,7 +110,6 @@ pub async fn run(
         // MadeYouReset guard off. Set it (see knobs::MAX_LOCAL_ERROR_RESETS).
         .http2_max_local_error_reset_streams(Some(config.max_local_error_resets))
         .layer(edge)
-        .layer(IdentityResponsesLayer::new(UNCOMPRESSED_METHODS))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

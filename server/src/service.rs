@@ -2,9 +2,12 @@
 //! logic in [`crate::quote`] and [`crate::catalog`].
 //!
 //! [`RoutingServer`] is the service the server mounts. GetQuote goes to the
-//! generated server as usual. ListRoutes goes to [`RoutingApi::list_page`]
-//! through [`PageCodec`], so a page is encoded straight from the shared
-//! catalog instead of being copied into a `ListRoutesResponse` first.
+//! generated server as usual, and its ~100-byte answers are never
+//! compressed: gzip would cost CPU and can make them larger. ListRoutes goes
+//! to [`RoutingApi::list_page`] through [`PageCodec`], so a page is encoded
+//! straight from the shared catalog instead of being copied into a
+//! `ListRoutesResponse` first; it is gzipped for clients that accept gzip,
+//! and it holds its share of the response budget until it is sent.
 
 use std::{
     convert::Infallible,
@@ -12,6 +15,7 @@ use std::{
     pin::Pin,
     sync::Arc,
     task::{Context, Poll},
+    time::Duration,
 };
 
 use routing_contracts::routing::routing_service_server::{
@@ -27,7 +31,8 @@ use tower::Service;
 
 use crate::budget::ByteBudget;
 use crate::catalog::{Catalog, Page};
-use crate::edge::{HeldResponse, response_budget_full};
+use crate::connection::ConnectionInfo;
+use crate::edge::{HeldResponse, hold_until_sent, response_budget_full};
 use crate::page_codec::PageCodec;
 use crate::quote;
 
@@ -41,13 +46,20 @@ pub struct RoutingApi {
     catalog: Arc<Catalog>,
     /// Memory for ListRoutes pages being sent, shared by every connection.
     response_budget: Arc<ByteBudget>,
+    /// A page not sent within this closes its connection (knobs::SEND_DEADLINE).
+    send_deadline: Duration,
 }
 
 impl RoutingApi {
-    pub fn new(catalog: Catalog, response_budget: Arc<ByteBudget>) -> Self {
+    pub fn new(
+        catalog: Catalog,
+        response_budget: Arc<ByteBudget>,
+        send_deadline: Duration,
+    ) -> Self {
         Self {
             catalog: Arc::new(catalog),
             response_budget,
+            send_deadline,
         }
     }
 
@@ -104,12 +116,13 @@ impl RoutingService for RoutingApi {
 
 /// `shipping.routing.v1.RoutingService` as the server mounts it: the
 /// generated server for GetQuote, and ListRoutes through [`PageCodec`] with
-/// the same compression and size caps.
+/// the same size caps. Only ListRoutes compresses its answers.
 #[derive(Debug, Clone)]
 pub struct RoutingServer {
     generated: RoutingServiceServer<RoutingApi>,
     api: Arc<RoutingApi>,
     accept_compression: EnabledCompressionEncodings,
+    /// For ListRoutes only: GetQuote answers are never compressed.
     send_compression: EnabledCompressionEncodings,
     max_decoding_message_size: Option<usize>,
     max_encoding_message_size: Option<usize>,
@@ -136,10 +149,10 @@ impl RoutingServer {
         self
     }
 
-    /// Compress responses with `encoding` when the client accepts it (both methods).
+    /// Compress ListRoutes pages with `encoding` when the client accepts it.
+    /// GetQuote answers stay uncompressed whatever the client accepts.
     #[must_use]
     pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
-        self.generated = self.generated.send_compressed(encoding);
         self.send_compression.enable(encoding);
         self
     }
@@ -186,12 +199,20 @@ impl Service<http::Request<Body>> for RoutingServer {
                 self.max_decoding_message_size,
                 self.max_encoding_message_size,
             );
+        let connection = request.extensions().get::<ConnectionInfo>().cloned();
+        let send_deadline = self.api.send_deadline;
         let api = Arc::clone(&self.api);
         let list_page = tower::service_fn(move |request| {
             let api = Arc::clone(&api);
             async move { api.list_page(request).await }
         });
-        Box::pin(async move { Ok(grpc.unary(list_page, request).await) })
+        Box::pin(async move {
+            let mut response = grpc.unary(list_page, request).await;
+            if let Some(HeldResponse(reservation)) = response.extensions_mut().remove() {
+                response = hold_until_sent(response, reservation, connection, send_deadline);
+            }
+            Ok(response)
+        })
     }
 }
 
