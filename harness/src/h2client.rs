@@ -102,6 +102,20 @@ impl H2Conn {
         end_stream: bool,
         limit: Duration,
     ) -> Result<Option<(ResponseFuture, SendStream<Bytes>)>, Error> {
+        self.open_call_with(path, content_type, &[], body, end_stream, limit)
+            .await
+    }
+
+    /// [`Self::open_call`] with more request headers, e.g. `grpc-timeout`.
+    pub async fn open_call_with(
+        &mut self,
+        path: &str,
+        content_type: &str,
+        headers: &[(&'static str, &'static str)],
+        body: Bytes,
+        end_stream: bool,
+        limit: Duration,
+    ) -> Result<Option<(ResponseFuture, SendStream<Bytes>)>, Error> {
         // Polled on `self.send` itself: the handle remembers a stream it
         // could not open yet, and is not ready again until that one is.
         let ready = std::future::poll_fn(|cx| self.send.poll_ready(cx));
@@ -109,7 +123,12 @@ impl H2Conn {
             Ok(ready) => ready?,
             Err(_) => return Ok(None),
         }
-        let request = grpc::h2_request(&self.authority, path, content_type)?;
+        let mut request = grpc::h2_request(&self.authority, path, content_type)?;
+        for &(name, value) in headers {
+            request
+                .headers_mut()
+                .insert(name, http::HeaderValue::from_static(value));
+        }
         let (response, mut stream) = self.send.send_request(request, false)?;
         // The server may answer (and close the stream) on the headers alone,
         // e.g. with 415, before the body goes out: then its answer, which the

@@ -31,8 +31,6 @@ use tokio::{
     sync::{Notify, OwnedSemaphorePermit, Semaphore, futures::OwnedNotified, mpsc},
     time::Sleep,
 };
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::server::Connected;
 
 use crate::coalesce::Coalesce;
 use crate::knobs::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, FD_HEADROOM, MAX_PING_STRIKES};
@@ -89,12 +87,12 @@ pub fn default_max_connections() -> u64 {
 
 /// Accepts connections on `listener` in a task of its own and yields them
 /// wrapped, at most `max_connections` alive at once. The task ends when the
-/// stream is dropped, which closes the listening socket.
+/// receiver is dropped, which closes the listening socket.
 pub fn incoming(
     listener: TcpListener,
     max_connections: u64,
     policy: ConnectionPolicy,
-) -> ReceiverStream<io::Result<Connection>> {
+) -> mpsc::Receiver<Connection> {
     let (tx, rx) = mpsc::channel(1);
     let slots = usize::try_from(max_connections)
         .unwrap_or(usize::MAX)
@@ -105,14 +103,14 @@ pub fn incoming(
         policy,
         tx,
     ));
-    ReceiverStream::new(rx)
+    rx
 }
 
 async fn accept_loop(
     listener: TcpListener,
     slots: Arc<Semaphore>,
     policy: ConnectionPolicy,
-    tx: mpsc::Sender<io::Result<Connection>>,
+    tx: mpsc::Sender<Connection>,
 ) {
     let mut backoff: Option<Duration> = None;
     let mut at_cap = false;
@@ -140,7 +138,7 @@ async fn accept_loop(
                     tracing::debug!(%peer, "cannot set TCP_NODELAY: {e}");
                 }
                 let connection = Connection::new(stream, peer, slot, policy);
-                if tx.send(Ok(connection)).await.is_err() {
+                if tx.send(connection).await.is_err() {
                     return;
                 }
             }
@@ -424,11 +422,10 @@ impl Connection {
     }
 }
 
-impl Connected for Connection {
-    type ConnectInfo = ConnectionInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.info.clone()
+impl Connection {
+    /// Who is on the other end, and how to close this connection.
+    pub fn info(&self) -> &ConnectionInfo {
+        &self.info
     }
 }
 

@@ -7,6 +7,8 @@
 //!   same way). tonic would serve it as if it were gRPC.
 //! - A request body must be complete within the request deadline, and the
 //!   bytes of partly received requests are charged to the request budget.
+//! - A client's own deadline (`grpc-timeout`) ends the call when it passes:
+//!   the client gets `DEADLINE_EXCEEDED` and the handler is dropped.
 //! - A response whose handler reserved memory from the response budget
 //!   (ListRoutes, see [`crate::service`]) keeps that reservation until its
 //!   last byte has left; if that takes longer than the send deadline, the
@@ -22,8 +24,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use futures_util::future::{Either, Ready, ready as answer_now};
-use http::{HeaderValue, StatusCode, header::CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue, StatusCode, header::CONTENT_TYPE};
 use http_body::{Body as HttpBody, Frame};
 use tokio::{sync::oneshot, time::Sleep};
 use tonic::{Status, body::Body};
@@ -73,27 +74,96 @@ pub struct Edge<S> {
     config: Arc<EdgeConfig>,
 }
 
-impl<S> Service<http::Request<Body>> for Edge<S>
+impl<S, B> Service<http::Request<B>> for Edge<S>
 where
     S: Service<http::Request<Body>, Response = http::Response<Body>>,
+    S::Future: Unpin,
+    B: HttpBody<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<tonic::codegen::StdError>,
 {
     type Response = http::Response<Body>;
     type Error = S::Error;
-    /// The 415 answer, or the inner service's own future: nothing is boxed.
-    type Future = Either<Ready<Result<Self::Response, Self::Error>>, S::Future>;
+    type Future = EdgeFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let content_type = req.headers().get(CONTENT_TYPE);
         if !content_type.is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc")) {
-            return Either::Left(answer_now(Ok(unsupported_media_type(content_type))));
+            return EdgeFuture::Answer(Some(unsupported_media_type(content_type)));
         }
+        let deadline = grpc_timeout(req.headers())
+            .map(|timeout| (timeout, Box::pin(tokio::time::sleep(timeout))));
         let req = req.map(|body| Body::new(GuardedRequest::new(body, &self.config)));
-        Either::Right(self.inner.call(req))
+        EdgeFuture::Call {
+            inner: self.inner.call(req),
+            deadline,
+        }
     }
+}
+
+/// What [`Edge`] returns: an answer it gives itself, or the inner service's
+/// future, ended early if the client's deadline passes first.
+#[derive(Debug)]
+pub enum EdgeFuture<F> {
+    Answer(Option<http::Response<Body>>),
+    Call {
+        inner: F,
+        /// The client's `grpc-timeout`, and the timer armed with it.
+        deadline: Option<(Duration, Pin<Box<Sleep>>)>,
+    },
+}
+
+impl<F, E> Future for EdgeFuture<F>
+where
+    F: Future<Output = Result<http::Response<Body>, E>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            EdgeFuture::Answer(answer) => match answer.take() {
+                Some(response) => Poll::Ready(Ok(response)),
+                None => Poll::Pending, // polled after completion
+            },
+            EdgeFuture::Call { inner, deadline } => {
+                if let Poll::Ready(answer) = Pin::new(inner).poll(cx) {
+                    return Poll::Ready(answer);
+                }
+                if let Some((timeout, timer)) = deadline {
+                    ready!(timer.as_mut().poll(cx));
+                    let status = Status::deadline_exceeded(format!(
+                        "the call's deadline (grpc-timeout {timeout:?}) passed on the server"
+                    ));
+                    return Poll::Ready(Ok(status.into_http()));
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// The client's deadline from the `grpc-timeout` header: at most 8 digits and
+/// a unit (`H`, `M`, `S`, `m`, `u` or `n`), as the gRPC-over-HTTP/2 spec
+/// says. A missing or malformed header means no deadline, as in grpc-go.
+pub fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.as_bytes();
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit {
+        b"H" => Duration::from_secs(n * 3600),
+        b"M" => Duration::from_secs(n * 60),
+        b"S" => Duration::from_secs(n),
+        b"m" => Duration::from_millis(n),
+        b"u" => Duration::from_micros(n),
+        b"n" => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 /// HTTP 415 with the gRPC status grpc-go sends (INVALID_ARGUMENT), so a
@@ -123,8 +193,8 @@ fn unsupported_media_type(content_type: Option<&HeaderValue>) -> http::Response<
 }
 
 /// A request body held to the request deadline and the request budget.
-struct GuardedRequest {
-    body: Body,
+struct GuardedRequest<B> {
+    body: B,
     budget: Arc<ByteBudget>,
     /// Bytes of this request taken from the budget so far.
     held: usize,
@@ -135,8 +205,8 @@ struct GuardedRequest {
     timer: Option<Pin<Box<Sleep>>>,
 }
 
-impl GuardedRequest {
-    fn new(body: Body, config: &EdgeConfig) -> Self {
+impl<B> GuardedRequest<B> {
+    fn new(body: B, config: &EdgeConfig) -> Self {
         Self {
             body,
             budget: Arc::clone(&config.request_budget),
@@ -152,13 +222,17 @@ impl GuardedRequest {
     }
 }
 
-impl Drop for GuardedRequest {
+impl<B> Drop for GuardedRequest<B> {
     fn drop(&mut self) {
         self.release();
     }
 }
 
-impl HttpBody for GuardedRequest {
+impl<B> HttpBody for GuardedRequest<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: Into<tonic::codegen::StdError>,
+{
     type Data = Bytes;
     type Error = Status;
 
@@ -167,7 +241,9 @@ impl HttpBody for GuardedRequest {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        let polled = Pin::new(&mut this.body)
+            .poll_frame(cx)
+            .map_err(|e| Status::from_error(e.into()));
         let frame = match polled {
             Poll::Pending => {
                 let deadline = this.deadline.into();
@@ -323,4 +399,47 @@ pub fn response_budget_full(budget: &ByteBudget, bytes: usize) -> Status {
         budget.describe(),
         mib(bytes)
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeout_of(value: &'static str) -> Option<Duration> {
+        let mut headers = HeaderMap::new();
+        headers.insert("grpc-timeout", HeaderValue::from_static(value));
+        grpc_timeout(&headers)
+    }
+
+    #[test]
+    fn grpc_timeout_units() {
+        assert_eq!(timeout_of("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(timeout_of("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(timeout_of("20S"), Some(Duration::from_secs(20)));
+        assert_eq!(timeout_of("300m"), Some(Duration::from_millis(300)));
+        assert_eq!(
+            timeout_of("99999999u"),
+            Some(Duration::from_micros(99_999_999))
+        );
+        assert_eq!(timeout_of("1n"), Some(Duration::from_nanos(1)));
+    }
+
+    /// Malformed values mean "no deadline", never an error or a panic.
+    #[test]
+    fn malformed_grpc_timeouts_are_ignored() {
+        for bad in [
+            "",
+            "S",
+            "10",
+            "123456789S",
+            "-1S",
+            "1.5S",
+            "10s",
+            "10 S",
+            "1D",
+        ] {
+            assert_eq!(timeout_of(bad), None, "{bad:?}");
+        }
+        assert_eq!(grpc_timeout(&HeaderMap::new()), None);
+    }
 }

@@ -2,18 +2,32 @@
 //! and compression, health, reflection, keepalive, the hardening guards and
 //! graceful shutdown.
 
-use std::{future::Future, net::SocketAddr, sync::Arc};
+use std::{
+    convert::Infallible,
+    future::Future,
+    net::SocketAddr,
+    pin::pin,
+    task::{Context, Poll},
+};
 
+use hyper::{body::Incoming, server::conn::http2};
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo, TokioTimer},
+    server::graceful::GracefulShutdown,
+    service::TowerToHyperService,
+};
 use routing_contracts::routing::routing_service_server::RoutingServiceServer;
-use tokio::{net::TcpListener, sync::Notify, sync::oneshot, task::JoinHandle};
-use tonic::codec::CompressionEncoding;
-use tonic::transport::Server;
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tonic::{
+    Status, body::Body, codec::CompressionEncoding, codegen::BoxFuture, server::NamedService,
+};
 use tonic_health::ServingStatus;
+use tower::{Layer, Service, util::BoxCloneSyncService};
 
 use crate::{
     budget::ByteBudget,
     catalog::Catalog,
-    connection::{self, ConnectionPolicy},
+    connection::{self, ConnectionInfo, ConnectionPolicy},
     edge::{EdgeConfig, EdgeLayer},
     knobs::Config,
     service::{RoutingApi, RoutingServer},
@@ -42,8 +56,15 @@ pub fn routing_service(config: &Config) -> RoutingServer {
 }
 
 /// Serves on `listener` until `shutdown` completes, then drains: health turns
-/// NOT_SERVING, new connections are refused, calls in flight may finish, and
-/// after `config.drain_timeout()` the server stops waiting for them.
+/// NOT_SERVING, new connections are refused, every connection gets GOAWAY,
+/// calls in flight may finish, and after `config.drain_timeout()` the server
+/// stops waiting for them.
+///
+/// hyper serves each connection directly rather than through tonic's
+/// `Server`: tonic adds a router, boxed futures and bodies, and a `date`
+/// header to every call, about 10 % of GetQuote's CPU on the test machine
+/// (see README, "What each lever costs"). Its other per-call job, honouring
+/// the client's `grpc-timeout`, is done in [`crate::edge`].
 pub async fn run(
     listener: TcpListener,
     config: Config,
@@ -61,14 +82,22 @@ pub async fn run(
             .register_encoded_file_descriptor_set(routing_contracts::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    let reflection_v1 = descriptors().build_v1()?;
-    let reflection_v1alpha = descriptors().build_v1alpha()?;
+    let services = Services::new(routing_service(&config))
+        .with(health_service)
+        .with(descriptors().build_v1()?)
+        .with(descriptors().build_v1alpha()?);
+    let service = EdgeLayer::new(EdgeConfig {
+        request_budget: ByteBudget::new("request budget", config.request_budget_bytes),
+        request_deadline: config.request_deadline(),
+    })
+    .layer(services);
+    let http2 = http2_settings(&config);
 
     let local_addr = listener.local_addr()?;
     let max_connections = config
         .max_connections
         .unwrap_or_else(connection::default_max_connections);
-    let incoming = connection::incoming(
+    let mut incoming = connection::incoming(
         listener,
         max_connections,
         ConnectionPolicy {
@@ -77,58 +106,160 @@ pub async fn run(
             permit_pings_without_calls: config.permit_pings_without_calls,
         },
     );
-    let edge = EdgeLayer::new(EdgeConfig {
-        request_budget: ByteBudget::new("request budget", config.request_budget_bytes),
-        request_deadline: config.request_deadline(),
-    });
-
-    let drain_started = Arc::new(Notify::new());
-    let signal = {
-        let (health, drain_started) = (health.clone(), drain_started.clone());
-        async move {
-            shutdown.await;
-            tracing::info!("shutdown requested: draining calls in flight");
-            health
-                .set_service_status("", ServingStatus::NotServing)
-                .await;
-            health
-                .set_not_serving::<RoutingServiceServer<RoutingApi>>()
-                .await;
-            drain_started.notify_one();
-        }
-    };
-
-    let serve = Server::builder()
-        // Keepalive: PING a connection after this much idle time...
-        .http2_keepalive_interval(Some(config.keepalive_interval()))
-        // ...and close it if the PING is not acknowledged within this.
-        .http2_keepalive_timeout(Some(config.keepalive_timeout()))
-        // tonic advertises no stream limit unless told: unlimited calls per
-        // connection. Advertise one (see knobs::MAX_CONCURRENT_STREAMS).
-        .max_concurrent_streams(config.max_concurrent_streams)
-        // tonic >= 0.14.3 passes None here unless set, which switches h2's
-        // MadeYouReset guard off. Set it (see knobs::MAX_LOCAL_ERROR_RESETS).
-        .http2_max_local_error_reset_streams(Some(config.max_local_error_resets))
-        .layer(edge)
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(routing_service(&config))
-        .serve_with_incoming_shutdown(incoming, signal);
-
+    let connections = GracefulShutdown::new();
     tracing::info!(%local_addr, ?config, max_connections, "serving shipping.routing.v1.RoutingService");
-    let drain_bound = async {
-        drain_started.notified().await;
-        tokio::time::sleep(config.drain_timeout()).await;
-    };
+
+    let mut shutdown = pin!(shutdown);
+    loop {
+        let connection = tokio::select! {
+            () = &mut shutdown => break,
+            connection = incoming.recv() => connection,
+        };
+        let Some(connection) = connection else { break };
+        let per_call = PerConnection {
+            service: service.clone(),
+            info: connection.info().clone(),
+        };
+        let serving = connections.watch(
+            http2.serve_connection(TokioIo::new(connection), TowerToHyperService::new(per_call)),
+        );
+        tokio::spawn(async move {
+            if let Err(e) = serving.await {
+                tracing::debug!("connection ended with an error: {e}");
+            }
+        });
+    }
+
+    // Dropping `incoming` ends the accept loop, which closes the listener:
+    // new connections are refused from now on.
+    drop(incoming);
+    tracing::info!("shutdown requested: draining calls in flight");
+    health
+        .set_service_status("", ServingStatus::NotServing)
+        .await;
+    health
+        .set_not_serving::<RoutingServiceServer<RoutingApi>>()
+        .await;
     tokio::select! {
-        served = serve => served?,
-        () = drain_bound => {
+        () = connections.shutdown() => {}
+        () = tokio::time::sleep(config.drain_timeout()) => {
             tracing::warn!(drain_secs = config.drain_secs, "drain timed out: dropping calls still in flight");
         }
     }
     tracing::info!("server stopped");
     Ok(())
+}
+
+/// hyper's HTTP/2 settings for every connection.
+fn http2_settings(config: &Config) -> http2::Builder<TokioExecutor> {
+    let mut http2 = http2::Builder::new(TokioExecutor::new());
+    http2
+        // Keepalive needs a timer to run.
+        .timer(TokioTimer::new())
+        // Keepalive: PING a connection after this much idle time...
+        .keep_alive_interval(config.keepalive_interval())
+        // ...and close it if the PING is not acknowledged within this.
+        .keep_alive_timeout(config.keepalive_timeout())
+        // Advertise a stream limit (see knobs::MAX_CONCURRENT_STREAMS); tonic
+        // advertises none unless told.
+        .max_concurrent_streams(config.max_concurrent_streams)
+        // h2's MadeYouReset guard, which tonic >= 0.14.3 switches off unless
+        // it is set (see knobs::MAX_LOCAL_ERROR_RESETS).
+        .max_local_error_reset_streams(config.max_local_error_resets)
+        // gRPC has no use for a `date` header on every response.
+        .auto_date_header(false);
+    http2
+}
+
+/// A service reached by name through a box: health and reflection.
+type OtherService = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible>;
+
+/// Every service the server mounts, found by the service name in the path
+/// (`/shipping.routing.v1.RoutingService/GetQuote`). RoutingService is
+/// called directly; health and reflection, which are rare, go through boxed
+/// services. Any other name gets `UNIMPLEMENTED`, as from tonic's router.
+#[derive(Clone)]
+struct Services {
+    routing: RoutingServer,
+    others: Vec<(&'static str, OtherService)>,
+}
+
+impl Services {
+    fn new(routing: RoutingServer) -> Self {
+        Self {
+            routing,
+            others: Vec::new(),
+        }
+    }
+
+    fn with<S>(mut self, service: S) -> Self
+    where
+        S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+            + NamedService
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        self.others
+            .push((S::NAME, BoxCloneSyncService::new(service)));
+        self
+    }
+}
+
+impl Service<http::Request<Body>> for Services {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Every service here is always ready (tonic's generated servers are).
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let name = service_name(request.uri().path());
+        if name == RoutingServer::NAME {
+            return self.routing.call(request);
+        }
+        match self.others.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, service)) => service.call(request),
+            None => Box::pin(async { Ok(Status::unimplemented("").into_http()) }),
+        }
+    }
+}
+
+/// `package.Service` from `/package.Service/Method`.
+fn service_name(path: &str) -> &str {
+    let path = path.strip_prefix('/').unwrap_or(path);
+    path.split_once('/').map_or(path, |(service, _)| service)
+}
+
+/// The service for one connection: every request learns which connection it
+/// came on ([`ConnectionInfo`]), as the send deadline needs.
+#[derive(Clone)]
+struct PerConnection<S> {
+    service: S,
+    info: ConnectionInfo,
+}
+
+impl<S> Service<http::Request<Incoming>> for PerConnection<S>
+where
+    S: Service<http::Request<Incoming>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.service.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<Incoming>) -> Self::Future {
+        request.extensions_mut().insert(self.info.clone());
+        self.service.call(request)
+    }
 }
 
 /// A server running in the background on a free loopback port. Integration

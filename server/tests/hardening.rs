@@ -266,6 +266,34 @@ async fn connections_above_the_cap_are_closed_at_once() {
     }
 }
 
+/// Opens a GetQuote call with `headers` whose body announces `declared`
+/// bytes but sends only `sent`, and returns how and when the call ended.
+async fn unfinished_call(
+    server: &LocalServer,
+    headers: &[(&'static str, &'static str)],
+    declared: u32,
+    sent: usize,
+) -> (CallEnd, Duration) {
+    let mut conn = H2Conn::connect(server.addr(), ReceiveWindows::default())
+        .await
+        .expect("connects");
+    let started = Instant::now();
+    let (response, _body) = conn
+        .open_call_with(
+            grpc::GET_QUOTE,
+            grpc::CONTENT_TYPE,
+            headers,
+            unfinished_message(declared, sent),
+            false,
+            BOUND,
+        )
+        .await
+        .expect("stream opens")
+        .expect("under the stream limit");
+    let (end, _) = await_end(response, BOUND, true, started).await;
+    (end, started.elapsed())
+}
+
 /// A request body that announces 4 MiB and never finishes is cancelled with
 /// DEADLINE_EXCEEDED once the request deadline passes.
 #[tokio::test]
@@ -275,23 +303,22 @@ async fn unfinished_request_bodies_end() {
         ..Config::default()
     })
     .await;
-    let mut conn = H2Conn::connect(server.addr(), ReceiveWindows::default())
-        .await
-        .expect("connects");
-    let started = Instant::now();
-    let (response, _body) = conn
-        .open_call(
-            grpc::GET_QUOTE,
-            grpc::CONTENT_TYPE,
-            unfinished_message(4 * 1024 * 1024 - 16, 32 * 1024),
-            false,
-            BOUND,
-        )
-        .await
-        .expect("stream opens")
-        .expect("under the stream limit");
-    let (end, _) = await_end(response, BOUND, true, started).await;
+    let (end, _) = unfinished_call(&server, &[], 4 * 1024 * 1024 - 16, 32 * 1024).await;
     assert_eq!(end, CallEnd::Grpc(tonic::Code::DeadlineExceeded));
+}
+
+/// The client's own deadline ends a call on the server too: a body that
+/// never finishes, sent with `grpc-timeout: 300m`, gets DEADLINE_EXCEEDED
+/// long before the 10 s request deadline.
+#[tokio::test]
+async fn the_clients_grpc_timeout_ends_the_call() {
+    let server = start_with(Config::default()).await;
+    let (end, took) = unfinished_call(&server, &[("grpc-timeout", "300m")], 1024, 16).await;
+    assert_eq!(end, CallEnd::Grpc(tonic::Code::DeadlineExceeded));
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+        "ended after {took:?}"
+    );
 }
 
 /// The bytes of partly received requests are bounded server-wide: with a

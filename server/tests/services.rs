@@ -138,3 +138,19 @@ async fn reflection_v1alpha_lists_services() {
         "{names:?}"
     );
 }
+
+/// Given a service the server does not have, the call gets UNIMPLEMENTED,
+/// as from tonic's own router (the server routes by service name itself).
+#[tokio::test]
+async fn unknown_services_are_unimplemented() {
+    let server = support::start().await;
+    let mut h2 = support::raw_h2(server.addr()).await;
+    for path in ["/shipping.routing.v2.RoutingService/GetQuote", "/nothing"] {
+        let request =
+            support::grpc_request(server.addr(), path, &HealthCheckRequest::default(), false);
+        let response = h2.send_request(request).await.expect("response");
+        // A trailers-only response: the status is in the headers.
+        let status = response.headers().get("grpc-status").map(|v| v.as_bytes());
+        assert_eq!(status, Some(&b"12"[..]), "{path}");
+    }
+}
