@@ -7,6 +7,7 @@ use std::{
     future::Future,
     net::SocketAddr,
     pin::pin,
+    sync::Arc,
     task::{Context, Poll},
 };
 
@@ -181,14 +182,15 @@ type OtherService = BoxCloneSyncService<http::Request<Body>, http::Response<Body
 #[derive(Clone)]
 struct Services {
     routing: RoutingServer,
-    others: Vec<(&'static str, OtherService)>,
+    /// Shared, not copied: hyper clones the service for every call.
+    others: Arc<[(&'static str, OtherService)]>,
 }
 
 impl Services {
     fn new(routing: RoutingServer) -> Self {
         Self {
             routing,
-            others: Vec::new(),
+            others: Arc::new([]),
         }
     }
 
@@ -202,8 +204,9 @@ impl Services {
             + 'static,
         S::Future: Send + 'static,
     {
-        self.others
-            .push((S::NAME, BoxCloneSyncService::new(service)));
+        let mut others = self.others.to_vec();
+        others.push((S::NAME, BoxCloneSyncService::new(service)));
+        self.others = others.into();
         self
     }
 }
@@ -223,8 +226,8 @@ impl Service<http::Request<Body>> for Services {
         if name == RoutingServer::NAME {
             return self.routing.call(request);
         }
-        match self.others.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, service)) => service.call(request),
+        match self.others.iter().find(|(n, _)| *n == name) {
+            Some((_, service)) => service.clone().call(request),
             None => Box::pin(async { Ok(Status::unimplemented("").into_http()) }),
         }
     }
