@@ -46,9 +46,11 @@ pub struct BenchKnobs {
     /// GetQuote calls in flight at once.
     #[arg(short = 'c', long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub concurrency: u64,
-    /// Channels (TCP connections) the load is spread over.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000))]
-    pub channels: u64,
+    /// Channels (TCP connections) the GetQuote load is spread over; one run
+    /// per value. 1 is what `ghz -c 50` does by default; 10 spreads the same
+    /// 50 calls thinner, so each connection batches fewer of them.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 10], value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    pub channels: Vec<u64>,
     /// Unmeasured GetQuote calls first, to warm both sides up.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub warmup: u64,
@@ -252,9 +254,19 @@ pub async fn measure_idle(server: &Server, n: u64) -> Result<IdleResult, Error> 
 #[derive(Debug, Clone, Default)]
 pub struct Measurements {
     pub idle: IdleResult,
-    pub quote: RunResult,
+    /// One GetQuote run per entry of `BenchKnobs::channels`, in that order.
+    pub quote: Vec<RunResult>,
     pub list_identity: RunResult,
     pub list_gzip: RunResult,
+}
+
+impl Measurements {
+    /// Every load run, GetQuote first.
+    pub fn runs(&self) -> impl Iterator<Item = &RunResult> {
+        self.quote
+            .iter()
+            .chain([&self.list_identity, &self.list_gzip])
+    }
 }
 
 /// Measures every server, phase by phase.
@@ -265,6 +277,7 @@ pub async fn run(servers: &[Server], knobs: &BenchKnobs) -> Result<Vec<Measureme
         tracing::info!(target = %server.target, conns = knobs.idle_conns, "idle connections");
         m.idle = measure_idle(server, knobs.idle_conns).await?;
     }
+    let widest = knobs.channels.iter().copied().max().unwrap_or(1);
     for server in servers {
         tracing::info!(target = %server.target, calls = knobs.warmup, "warm-up");
         measure_load(
@@ -272,22 +285,26 @@ pub async fn run(servers: &[Server], knobs: &BenchKnobs) -> Result<Vec<Measureme
             Load::GetQuote,
             knobs.warmup,
             knobs.concurrency,
-            knobs.channels,
+            widest,
             max,
         )
         .await?;
     }
-    for (server, m) in servers.iter().zip(all.iter_mut()) {
-        tracing::info!(target = %server.target, calls = knobs.calls, "GetQuote");
-        m.quote = measure_load(
-            server,
-            Load::GetQuote,
-            knobs.calls,
-            knobs.concurrency,
-            knobs.channels,
-            max,
-        )
-        .await?;
+    for &channels in &knobs.channels {
+        for (server, m) in servers.iter().zip(all.iter_mut()) {
+            tracing::info!(target = %server.target, calls = knobs.calls, channels, "GetQuote");
+            m.quote.push(
+                measure_load(
+                    server,
+                    Load::GetQuote,
+                    knobs.calls,
+                    knobs.concurrency,
+                    channels,
+                    max,
+                )
+                .await?,
+            );
+        }
     }
     for gzip in [false, true] {
         for (server, m) in servers.iter().zip(all.iter_mut()) {
@@ -333,9 +350,8 @@ fn rows(knobs: &BenchKnobs, all: &[Measurements]) -> Vec<Row> {
         values: all.iter().map(f).collect(),
         precision,
     };
-    let quote = format!("GetQuote -c {}", knobs.concurrency);
     let list = format!("ListRoutes page 25 -c {}", knobs.list_concurrency);
-    vec![
+    let mut rows = vec![
         row("server RSS at rest (MiB)".into(), 1, &|m| {
             m.idle.rss_rest.map(|b| b as f64 / 1048576.0)
         }),
@@ -347,18 +363,31 @@ fn rows(knobs: &BenchKnobs, all: &[Measurements]) -> Vec<Row> {
             1,
             &|m| m.idle.per_conn.map(|b| b / 1024.0),
         ),
-        row(format!("{quote}: server CPU per call (µs)"), 1, &|m| {
-            m.quote.cpu_per_call.map(|s| s * 1e6)
-        }),
-        row(format!("{quote}: p50 latency (ms)"), 3, &|m| {
-            ms(m.quote.p50)
-        }),
-        row(format!("{quote}: p99 latency (ms)"), 3, &|m| {
-            ms(m.quote.p99)
-        }),
-        row(format!("{quote}: calls per second"), 0, &|m| {
-            (m.quote.secs > 0.0).then(|| m.quote.calls as f64 / m.quote.secs)
-        }),
+    ];
+    for (i, channels) in knobs.channels.iter().enumerate() {
+        let quote = format!(
+            "GetQuote -c {} on {channels} conn{}",
+            knobs.concurrency,
+            if *channels == 1 { "" } else { "s" }
+        );
+        let run = |m: &Measurements| m.quote.get(i).cloned().unwrap_or_default();
+        rows.push(row(
+            format!("{quote}: server CPU per call (µs)"),
+            1,
+            &|m| run(m).cpu_per_call.map(|s| s * 1e6),
+        ));
+        rows.push(row(format!("{quote}: p50 latency (ms)"), 3, &|m| {
+            ms(run(m).p50)
+        }));
+        rows.push(row(format!("{quote}: p99 latency (ms)"), 3, &|m| {
+            ms(run(m).p99)
+        }));
+        rows.push(row(format!("{quote}: calls per second"), 0, &|m| {
+            let r = run(m);
+            (r.secs > 0.0).then(|| r.calls as f64 / r.secs)
+        }));
+    }
+    rows.extend([
         row(
             format!("{list} identity: server CPU per call (ms)"),
             2,
@@ -380,12 +409,13 @@ fn rows(knobs: &BenchKnobs, all: &[Measurements]) -> Vec<Row> {
             ms(m.list_gzip.p99)
         }),
         row("calls measured".into(), 0, &|m| {
-            Some((m.quote.calls + m.list_identity.calls + m.list_gzip.calls) as f64)
+            Some(m.runs().map(|r| r.calls).sum::<u64>() as f64)
         }),
         row("errors".into(), 0, &|m| {
-            Some((m.quote.errors + m.list_identity.errors + m.list_gzip.errors) as f64)
+            Some(m.runs().map(|r| r.errors).sum::<u64>() as f64)
         }),
-    ]
+    ]);
+    rows
 }
 
 /// The table as text: one column per server, and `ratio` (first ÷ second)
@@ -460,7 +490,7 @@ mod tests {
         BenchKnobs {
             calls: 10,
             concurrency: 50,
-            channels: 1,
+            channels: vec![1],
             warmup: 0,
             list_calls: 1,
             list_concurrency: 2,
@@ -473,15 +503,23 @@ mod tests {
     /// ratio column says 0.50×, and numbers a server lacks read n/a.
     #[test]
     fn the_table_has_a_ratio_column_for_two_servers() {
-        let mut a = Measurements::default();
-        a.quote.cpu_per_call = Some(8e-6);
-        let mut b = Measurements::default();
-        b.quote.cpu_per_call = Some(16e-6);
+        let quote = |cpu| RunResult {
+            cpu_per_call: Some(cpu),
+            ..RunResult::default()
+        };
+        let a = Measurements {
+            quote: vec![quote(8e-6)],
+            ..Measurements::default()
+        };
+        let b = Measurements {
+            quote: vec![quote(16e-6)],
+            ..Measurements::default()
+        };
         let servers = [server("127.0.0.1:1"), server("127.0.0.1:2")];
         let text = table(&servers, &knobs(), &[a, b]);
         let line = text
             .lines()
-            .find(|l| l.starts_with("GetQuote -c 50: server CPU per call"))
+            .find(|l| l.starts_with("GetQuote -c 50 on 1 conn: server CPU per call"))
             .expect("CPU row");
         assert!(
             line.contains("8.0") && line.contains("16.0") && line.ends_with("0.50×"),

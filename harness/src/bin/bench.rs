@@ -120,7 +120,7 @@ async fn run(args: Args) -> Result<String, Error> {
     let mut out = machine_line();
     out.push_str(&bench::table(&servers, &args.knobs, &measured));
     for (server, m) in servers.iter().zip(&measured) {
-        for run in [&m.quote, &m.list_identity, &m.list_gzip] {
+        for run in m.runs() {
             if let Some(e) = &run.first_error {
                 out.push_str(&format!("first error from {}: {e}\n", server.target));
             }
