@@ -154,23 +154,29 @@ pub async fn run(
     Ok(())
 }
 
-/// hyper's HTTP/2 settings for every connection.
+/// hyper's HTTP/2 settings for every connection. With tonic's `Server`
+/// instead, each has a builder method of the same meaning, named in the
+/// comment after `tonic:`.
 fn http2_settings(config: &Config) -> http2::Builder<TokioExecutor> {
     let mut http2 = http2::Builder::new(TokioExecutor::new());
     http2
         // Keepalive needs a timer to run.
         .timer(TokioTimer::new())
         // Keepalive: PING a connection after this much idle time...
+        // (tonic: http2_keepalive_interval)
         .keep_alive_interval(config.keepalive_interval())
         // ...and close it if the PING is not acknowledged within this.
+        // (tonic: http2_keepalive_timeout)
         .keep_alive_timeout(config.keepalive_timeout())
         // Advertise a stream limit (see knobs::MAX_CONCURRENT_STREAMS); tonic
-        // advertises none unless told.
+        // advertises none unless told. (tonic: max_concurrent_streams)
         .max_concurrent_streams(config.max_concurrent_streams)
         // h2's MadeYouReset guard, which tonic >= 0.14.3 switches off unless
         // it is set (see knobs::MAX_LOCAL_ERROR_RESETS).
+        // (tonic: http2_max_local_error_reset_streams)
         .max_local_error_reset_streams(config.max_local_error_resets)
-        // gRPC has no use for a `date` header on every response.
+        // gRPC has no use for a `date` header on every response. (tonic
+        // always sends one.)
         .auto_date_header(false);
     http2
 }

@@ -19,26 +19,31 @@
 //! It prints the table on stdout: one column per server and, with
 //! `--compare`, a `ratio` column (target ÷ compared server; below 1.00× the
 //! target uses less). Each phase runs on both servers before the next one
-//! starts. A real run (this server on port 29482, the grpc-go peer on 29491,
-//! the 2-core test VM with nothing else running):
+//! starts. GetQuote runs once per `--channels` value: on 1 connection, as
+//! `ghz -c 50` does by default, and on 10. A real run (this server on port
+//! 29581, the grpc-go peer on 29591, the 2-core test VM):
 //!
 //! ```text
-//! # 2 cores, 1-minute load average 0.43 at start
-//! measurement                                                 127.0.0.1:29482  127.0.0.1:29491  ratio
+//! # 2 cores, 1-minute load average 1.49 at start
+//! measurement                                                 127.0.0.1:29581  127.0.0.1:29591  ratio
 //! ---------------------------------------------------------------------------------------------------
-//! server RSS at rest (MiB)                                               12.2             17.9  0.68×
-//! server RSS per idle HTTP/2 connection (KiB, 1000 held)                 13.6             18.1  0.75×
-//! GetQuote -c 50: server CPU per call (µs)                               14.0             25.0  0.56×
-//! GetQuote -c 50: p50 latency (ms)                                      0.987            1.165  0.85×
-//! GetQuote -c 50: p99 latency (ms)                                      2.394            4.177  0.57×
-//! GetQuote -c 50: calls per second                                      46048            37582  1.23×
-//! ListRoutes page 25 -c 2 identity: server CPU per call (ms)             3.80             3.40  1.12×
-//! ListRoutes page 25 -c 2 identity: p50 latency (ms)                    10.28             7.86  1.31×
-//! ListRoutes page 25 -c 2 identity: p99 latency (ms)                    20.18            14.37  1.40×
-//! ListRoutes page 25 -c 2 gzip: server CPU per call (ms)                 3.00            12.90  0.23×
-//! ListRoutes page 25 -c 2 gzip: p50 latency (ms)                         6.87            16.32  0.42×
-//! ListRoutes page 25 -c 2 gzip: p99 latency (ms)                        13.90            26.97  0.52×
-//! calls measured                                                        20200            20200      -
+//! server RSS at rest (MiB)                                               11.3             17.8  0.63×
+//! server RSS per idle HTTP/2 connection (KiB, 1000 held)                 13.5             17.6  0.77×
+//! GetQuote -c 50 on 1 conn: server CPU per call (µs)                     10.0             22.0  0.45×
+//! GetQuote -c 50 on 1 conn: p50 latency (ms)                            0.923            1.214  0.76×
+//! GetQuote -c 50 on 1 conn: p99 latency (ms)                            1.721            3.774  0.46×
+//! GetQuote -c 50 on 1 conn: calls per second                            52843            38229  1.38×
+//! GetQuote -c 50 on 10 conns: server CPU per call (µs)                   11.5             25.0  0.46×
+//! GetQuote -c 50 on 10 conns: p50 latency (ms)                          1.122            1.138  0.99×
+//! GetQuote -c 50 on 10 conns: p99 latency (ms)                          2.271            4.919  0.46×
+//! GetQuote -c 50 on 10 conns: calls per second                          42754            37680  1.13×
+//! ListRoutes page 25 -c 2 identity: server CPU per call (ms)             2.80             3.30  0.85×
+//! ListRoutes page 25 -c 2 identity: p50 latency (ms)                     7.20             7.81  0.92×
+//! ListRoutes page 25 -c 2 identity: p99 latency (ms)                    16.99            15.45  1.10×
+//! ListRoutes page 25 -c 2 gzip: server CPU per call (ms)                 2.40            11.80  0.20×
+//! ListRoutes page 25 -c 2 gzip: p50 latency (ms)                         6.77            15.85  0.43×
+//! ListRoutes page 25 -c 2 gzip: p99 latency (ms)                        13.45            28.65  0.47×
+//! calls measured                                                        40200            40200      -
 //! errors                                                                    0                0      -
 //! ```
 //!
