@@ -9,7 +9,7 @@
 //!
 //! ```console
 //! $ cargo run --release -p routing-clients --bin gzip-client
-//! {"client":"gzip","result":"MATCH","routes":25,"identity_wire_bytes":5005276,"gzip_wire_bytes":7188,"identity_s":0.011355,"gzip_s":0.014016,"break_even_bit_s":15027126447,"gzip_not_slower":false,"quote_request_identity_wire_bytes":112,"quote_request_gzip_wire_bytes":131}
+//! {"client":"gzip","result":"MATCH","routes":25,"identity_wire_bytes":5005275,"gzip_wire_bytes":7187,"identity_s":0.014588,"gzip_s":0.019245,"break_even_bit_s":8584525840,"gzip_not_slower":false,"quote_request_identity_wire_bytes":112,"quote_request_gzip_wire_bytes":131}
 //! ```
 //!
 //! `*_wire_bytes` are bytes on the wire, HTTP/2 framing included: received
