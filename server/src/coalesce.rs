@@ -43,10 +43,6 @@ impl<T> Coalesce<T> {
             wrote: false,
         }
     }
-
-    pub fn get_ref(&self) -> &T {
-        &self.inner
-    }
 }
 
 impl<T: AsyncWrite + Unpin> Coalesce<T> {
@@ -237,7 +233,7 @@ mod tests {
         }
 
         fn written(&self) -> Vec<usize> {
-            self.io.get_ref().writes.iter().map(Vec::len).collect()
+            self.io.inner.writes.iter().map(Vec::len).collect()
         }
 
         fn wakes(&self) -> usize {
@@ -270,7 +266,7 @@ mod tests {
         assert_eq!(h.wakes(), 3, "each deferred flush wakes the task");
         h.flush();
         assert_eq!(h.written(), [3 * (9 + FRAME)]);
-        let sent = &h.io.get_ref().writes[0];
+        let sent = &h.io.inner.writes[0];
         assert_eq!(sent[0], 1);
         assert_eq!(sent[9 + FRAME], 2);
         assert_eq!(sent[sent.len() - 1], 3);
@@ -309,7 +305,7 @@ mod tests {
         h.flush();
         h.flush();
         assert_eq!(h.written(), [9 + FRAME + 19]);
-        assert_eq!(*h.io.get_ref().writes[0].last().expect("bytes"), 2);
+        assert_eq!(*h.io.inner.writes[0].last().expect("bytes"), 2);
     }
 
     #[test]
@@ -321,7 +317,7 @@ mod tests {
         let shut = Pin::new(&mut h.io).poll_shutdown(&mut cx);
         assert!(matches!(shut, Poll::Ready(Ok(()))));
         assert_eq!(h.written(), [9 + FRAME]);
-        assert!(h.io.get_ref().shut_down);
+        assert!(h.io.inner.shut_down);
     }
 
     #[test]
