@@ -16,11 +16,14 @@
 //!   the sample quote request.
 //! - [`wire`]: a connector that counts connections and bytes on the wire, so
 //!   every number a client prints was measured.
+//! - [`link`]: an emulated network link (delay, rate, queue, NAT idle
+//!   timeout) that wraps a connection, with grpc-go's presets.
 //! - [`relay`]: a loopback TCP relay that can go silent, to play a dead peer.
 //! - [`output`]: one JSON line on stdout, diagnostics on stderr.
 //! - [`timing`]: the total of a run of calls and the median call.
 
 pub mod baseline;
+pub mod link;
 pub mod output;
 pub mod relay;
 pub mod target;
@@ -28,6 +31,7 @@ pub mod timing;
 pub mod wire;
 
 pub use baseline::{Baseline, rpc_error, sample_quote_request};
+pub use link::{Link, LinkArgs, LinkReport, Preset, SharedLink};
 pub use output::{finish, init_tracing, seconds};
 pub use relay::SilentRelay;
 pub use timing::{CallTimer, Timings};
