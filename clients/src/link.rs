@@ -197,7 +197,7 @@ impl Preset {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct LinkArgs {
     /// Emulated link between this process and the server.
-    #[arg(long = "link", value_enum, default_value_t = Preset::Local)]
+    #[arg(long = "link", visible_alias = "preset", value_enum, default_value_t = Preset::Local)]
     pub preset: Preset,
     /// Round-trip time of the link in milliseconds (half of it each way);
     /// overrides the preset's.

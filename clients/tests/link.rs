@@ -5,10 +5,20 @@
 
 mod support;
 
+use std::time::Duration;
+
+use routing_clients::{
+    Link,
+    link_proxy::{self, ProxyConfig},
+    sample_quote_request,
+};
+use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use routing_server::Config;
 use support::{
-    FOOTGUN, GZIP, KEEPALIVE, LIMIT, POOLED, json_line, run_bin, start_server, start_server_with,
+    FOOTGUN, GZIP, KEEPALIVE, LIMIT, POOLED, ROUTING_LINK, json_line, run_bin, start_server,
+    start_server_with,
 };
+use tokio::{io::AsyncReadExt, net::TcpListener, sync::oneshot};
 
 /// Given a 20 ms link, when footgun and pooled make 5 calls each, then each
 /// line names the link and gives the median call in round trips as well as
@@ -150,4 +160,73 @@ async fn link_flags_fail_clearly() {
 
     let output = run_bin(POOLED, &["--target", &target, "--mbit", "0"], LIMIT).await;
     assert_eq!(output.status.code(), Some(2), "--mbit 0 is refused");
+
+    let output = run_bin(ROUTING_LINK, &["--upstream", "nowhere"], LIMIT).await;
+    assert_eq!(output.status.code(), Some(2), "a bad --upstream is refused");
+    let help = run_bin(ROUTING_LINK, &["--help"], LIMIT).await;
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(help.status.success(), "{text}");
+    for flag in [
+        "--preset",
+        "--rtt-ms",
+        "--mbit",
+        "--nat-idle-secs",
+        "--max-connections",
+    ] {
+        assert!(text.contains(flag), "--help lists {flag}: {text}");
+    }
+}
+
+/// Given routing-link's core with a 10 ms link and room for one connection
+/// in front of the chapter's server: a GetQuote through it is answered; a
+/// second connection while the first is open is closed on arrival; and on
+/// shutdown the proxy stops once the open connection is gone.
+#[tokio::test]
+async fn the_proxy_carries_calls_bounds_connections_and_shuts_down() {
+    let server = start_server().await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let proxy_addr = listener.local_addr().expect("addr");
+    let config = ProxyConfig {
+        upstream: server.addr().to_string(),
+        link: Link {
+            one_way_delay: Duration::from_millis(5),
+            ..Link::LOCAL
+        },
+        max_connections: 1,
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let proxy = tokio::spawn(link_proxy::serve(listener, config, async {
+        let _ = stopped.await;
+    }));
+
+    // When a client calls through the proxy, then the server answers.
+    let mut client = RoutingServiceClient::connect(format!("http://{proxy_addr}"))
+        .await
+        .expect("connect through the proxy");
+    let quote = client
+        .get_quote(sample_quote_request())
+        .await
+        .expect("GetQuote through the proxy")
+        .into_inner();
+    let price = quote.quote.and_then(|q| q.price).expect("a price");
+    assert_eq!(price.amount, "1001.00");
+
+    // When a second connection arrives, then it is closed at once.
+    let mut second = tokio::net::TcpStream::connect(proxy_addr)
+        .await
+        .expect("the kernel accepts");
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(LIMIT, second.read(&mut byte))
+        .await
+        .expect("the close arrives");
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+
+    // When told to stop, with the client gone, then it stops.
+    drop(client);
+    stop.send(()).expect("the proxy listens");
+    tokio::time::timeout(LIMIT, proxy)
+        .await
+        .expect("the proxy stops")
+        .expect("no panic")
+        .expect("no error");
 }

@@ -12,6 +12,7 @@ pub const FOOTGUN: &str = env!("CARGO_BIN_EXE_footgun-client");
 pub const POOLED: &str = env!("CARGO_BIN_EXE_pooled-client");
 pub const GZIP: &str = env!("CARGO_BIN_EXE_gzip-client");
 pub const KEEPALIVE: &str = env!("CARGO_BIN_EXE_keepalive-client");
+pub const ROUTING_LINK: &str = env!("CARGO_BIN_EXE_routing-link");
 /// No client run in a test takes longer than this.
 pub const LIMIT: Duration = Duration::from_secs(60);
 
