@@ -339,9 +339,10 @@ impl SharedLink {
     /// Routes `inner` through the link, both ways, from now on. `inner` is
     /// the far side (the server); the returned stream is the near side.
     ///
-    /// Two tasks per direction's worth of work run on the current tokio
-    /// runtime; they end when the connection closes, or when the returned
-    /// stream is dropped.
+    /// Two tasks, one per direction, run on the current tokio runtime; they
+    /// end when the connection closes, or when the returned stream is
+    /// dropped. A forgotten flow still passes a close on: the model drops
+    /// bytes, not the end of the connection.
     pub fn wrap<S>(&self, inner: S) -> LinkedStream
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
