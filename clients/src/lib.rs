@@ -16,11 +16,16 @@
 //!   the sample quote request.
 //! - [`wire`]: a connector that counts connections and bytes on the wire, so
 //!   every number a client prints was measured.
+//! - [`link`]: an emulated network link (delay, rate, queue, NAT idle
+//!   timeout) that wraps a connection, with grpc-go's presets.
+//! - [`link_proxy`]: `routing-link`'s core, a TCP proxy through one link.
 //! - [`relay`]: a loopback TCP relay that can go silent, to play a dead peer.
 //! - [`output`]: one JSON line on stdout, diagnostics on stderr.
 //! - [`timing`]: the total of a run of calls and the median call.
 
 pub mod baseline;
+pub mod link;
+pub mod link_proxy;
 pub mod output;
 pub mod relay;
 pub mod target;
@@ -28,7 +33,8 @@ pub mod timing;
 pub mod wire;
 
 pub use baseline::{Baseline, rpc_error, sample_quote_request};
-pub use output::{finish, init_tracing, seconds};
+pub use link::{Link, LinkArgs, LinkReport, Preset, SharedLink};
+pub use output::{finish, init_tracing, init_tracing_at, seconds};
 pub use relay::SilentRelay;
 pub use timing::{CallTimer, Timings};
 pub use wire::{CountingConnector, GoAwayReceived, WireSnapshot};
