@@ -112,6 +112,7 @@ pub async fn run(
             handshake_timeout: config.handshake_timeout(),
             min_ping_interval: config.min_ping_interval(),
             permit_pings_without_calls: config.permit_pings_without_calls,
+            control_frame_budget: config.control_frame_budget(),
         },
     );
     let connections = GracefulShutdown::new();
