@@ -9,7 +9,8 @@
 //!
 //! Two users share it:
 //! - the server's connection policies (`server/src/connection.rs`) police
-//!   PINGs and write a GOAWAY only between two outgoing frames;
+//!   PINGs and control frames, and write a GOAWAY only between two
+//!   outgoing frames;
 //! - the clients' counting connector (`clients/src/wire.rs`) counts PINGs and
 //!   reads the GOAWAY tonic never shows its caller.
 

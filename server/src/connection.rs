@@ -456,7 +456,7 @@ impl Connection {
                 && budget.on_no_progress_frame() == ControlVerdict::TooMany
                 && matches!(pending, Goaway::None)
             {
-                tracing::warn!(peer = %info.remote_addr, last = kind::name(h.kind), "too many control frames: GOAWAY ENHANCE_YOUR_CALM too_many_control_frames");
+                tracing::warn!(peer = %info.remote_addr, frame = kind::name(h.kind), "too many control frames: GOAWAY ENHANCE_YOUR_CALM too_many_control_frames");
                 *pending = Goaway::pending(GoAway::too_many_control_frames(*last_stream_id).encode());
             }
             match h.kind {
