@@ -6,7 +6,11 @@
 //! control-frame guard answers with GOAWAY ENHANCE_YOUR_CALM. With
 //! `--wuflood-reconnect`, a connection the server closes is replaced at
 //! once, as a determined attacker would. The probe's p50 and p99 say what
-//! another client's GetQuote suffered meanwhile.
+//! another client's GetQuote suffered meanwhile. The probe runs in this
+//! process, beside the flooders, so on a busy machine its tail also carries
+//! their CPU; to measure from a process of its own, run a second `abuse`
+//! against the same target meanwhile (e.g. `bigframes --bigframes-conns 1
+//! --bigframes-hold-secs 12`, an idle connection and the probe).
 
 use std::{
     net::SocketAddr,
