@@ -9,7 +9,8 @@
 //!
 //! Two users share it:
 //! - the server's connection policies (`server/src/connection.rs`) police
-//!   PINGs and write a GOAWAY only between two outgoing frames;
+//!   PINGs and control frames, and write a GOAWAY only between two
+//!   outgoing frames;
 //! - the clients' counting connector (`clients/src/wire.rs`) counts PINGs and
 //!   reads the GOAWAY tonic never shows its caller.
 
@@ -288,12 +289,26 @@ impl GoAway {
     /// The debug data gRPC clients look for (gRFC A8).
     pub const TOO_MANY_PINGS: &'static [u8] = b"too_many_pings";
 
+    /// What this server sends a client whose control frames make no
+    /// progress (WINDOW_UPDATEs on closed streams, SETTINGS floods).
+    pub const TOO_MANY_CONTROL_FRAMES: &'static [u8] = b"too_many_control_frames";
+
     /// What gRPC servers send a client that pings too often.
     pub fn too_many_pings(last_stream_id: u32) -> Self {
+        Self::enhance_your_calm(last_stream_id, Self::TOO_MANY_PINGS)
+    }
+
+    /// What this server sends past its control-frame budget.
+    pub fn too_many_control_frames(last_stream_id: u32) -> Self {
+        Self::enhance_your_calm(last_stream_id, Self::TOO_MANY_CONTROL_FRAMES)
+    }
+
+    /// `ENHANCE_YOUR_CALM`, with `debug_data` naming the rule broken.
+    pub fn enhance_your_calm(last_stream_id: u32, debug_data: &[u8]) -> Self {
         Self {
             last_stream_id,
             error_code: error_code::ENHANCE_YOUR_CALM,
-            debug_data: Self::TOO_MANY_PINGS.to_vec(),
+            debug_data: debug_data.to_vec(),
         }
     }
 

@@ -57,6 +57,40 @@ pub const PERMIT_PINGS_WITHOUT_CALLS: bool = true;
 /// the behaviour clients are written against, not a tuning knob.
 pub const MAX_PING_STRIKES: u32 = 2;
 
+/// Control frames that make no progress a connection may send before it is
+/// sent away: 1,000 at any moment, topped up by [`CONTROL_FRAMES_PER_STREAM`]
+/// for every stream the client opens (never above 1,000 again).
+///
+/// Counted: WINDOW_UPDATE on a stream that is not open (closed, refused or
+/// never opened), SETTINGS (the first one included) and PRIORITY. None moves
+/// a byte or starts a call, and h2 counts none of them: it drops a
+/// WINDOW_UPDATE on a closed stream without a word, so no reset limit ever
+/// fires. Yet each costs a frame parse (a SETTINGS, an ACK too), so one
+/// connection could keep the server's core busy with them; four pushed
+/// another client's GetQuote p99 from under 1 ms to 114 ms (issue 14).
+///
+/// Past the budget the connection gets GOAWAY `ENHANCE_YOUR_CALM` with
+/// debug data `too_many_control_frames` and is closed, exactly as for the
+/// ping floor. A well-behaved client never comes near it: WINDOW_UPDATEs on
+/// open streams and on the connection itself (a large download sends
+/// hundreds) are not counted, a stream's late WINDOW_UPDATEs are paid for by
+/// the stream, and SETTINGS comes once plus a few window changes. 1,000 is
+/// nghttp2's bound on queued SETTINGS and PING acks (`max_outbound_ack`).
+/// `--control-frame-budget 0` turns the guard off.
+pub const CONTROL_FRAME_BUDGET: u32 = 1000;
+
+/// What each stream a client opens adds back to its control-frame budget: 8.
+///
+/// A stream can earn the server WINDOW_UPDATEs after its end: those the
+/// client sent for data it read before it saw the end. That data is at most
+/// one window, and clients send an update per half window (h2, Netty) or
+/// per quarter (grpc-go), so at most 4 per stream; 8 is twice that, and
+/// leaves room for a PRIORITY frame. Fixed on purpose, like
+/// [`MAX_PING_STRIKES`]: it describes clients, it is not a tuning knob.
+/// Envoy's rule has the same shape (WINDOW_UPDATEs allowed grow with the
+/// streams opened and the DATA frames sent).
+pub const CONTROL_FRAMES_PER_STREAM: u32 = 8;
+
 /// Streams a client may have open at once on one connection: 100.
 ///
 /// tonic advertises no `SETTINGS_MAX_CONCURRENT_STREAMS`, so without this a
@@ -202,6 +236,12 @@ pub struct Config {
           action = clap::ArgAction::Set)]
     pub permit_pings_without_calls: bool,
 
+    /// Control frames that make no progress (WINDOW_UPDATE on a stream that is not
+    /// open, SETTINGS, PRIORITY) a connection may send, plus 8 per stream it opens;
+    /// past it, GOAWAY too_many_control_frames (0 turns the guard off).
+    #[arg(long, env = "ROUTING_CONTROL_FRAME_BUDGET", default_value_t = CONTROL_FRAME_BUDGET)]
+    pub control_frame_budget: u32,
+
     /// Streams a client may open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS).
     #[arg(long, env = "ROUTING_MAX_CONCURRENT_STREAMS", default_value_t = MAX_CONCURRENT_STREAMS,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -291,6 +331,11 @@ impl Config {
         (self.min_ping_interval_secs > 0).then(|| secs(self.min_ping_interval_secs))
     }
 
+    /// `None` when the guard is switched off (`--control-frame-budget 0`).
+    pub fn control_frame_budget(&self) -> Option<u32> {
+        (self.control_frame_budget > 0).then_some(self.control_frame_budget)
+    }
+
     pub fn send_deadline(&self) -> Duration {
         secs(self.send_deadline_secs)
     }
@@ -321,6 +366,7 @@ impl Default for Config {
             keepalive_timeout_secs: KEEPALIVE_TIMEOUT.as_secs(),
             min_ping_interval_secs: MIN_PING_INTERVAL.as_secs(),
             permit_pings_without_calls: PERMIT_PINGS_WITHOUT_CALLS,
+            control_frame_budget: CONTROL_FRAME_BUDGET,
             max_concurrent_streams: MAX_CONCURRENT_STREAMS,
             max_local_error_resets: MAX_LOCAL_ERROR_RESETS,
             response_budget_bytes: RESPONSE_BUDGET_BYTES,

@@ -82,6 +82,13 @@ pub async fn run(
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(routing_contracts::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            // Each version lists both reflection services, as grpc-go does;
+            // tonic's builder adds only its own. (A file registered twice is
+            // kept once.)
+            .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(
+                tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+            )
     };
     let services = Services::new(routing_service(&config))
         .with(health_service)
@@ -105,6 +112,7 @@ pub async fn run(
             handshake_timeout: config.handshake_timeout(),
             min_ping_interval: config.min_ping_interval(),
             permit_pings_without_calls: config.permit_pings_without_calls,
+            control_frame_budget: config.control_frame_budget(),
         },
     );
     let connections = GracefulShutdown::new();

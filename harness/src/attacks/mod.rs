@@ -1,4 +1,4 @@
-//! The attacks of issue 6, each bounded in count and time, each against the
+//! The attacks of issues 6 and 14, each bounded in count and time, each against the
 //! one loopback target only, and the one-line report every attack prints.
 //!
 //! Every attack runs between a [`Monitor`] (server RSS and CPU from `/proc`,
@@ -6,12 +6,14 @@
 //! separate, well-behaved GetQuote client), so each line says both what the
 //! attacker achieved and what other clients suffered meanwhile.
 
+pub mod bigframes;
 pub mod conn_flood;
 pub mod contenttype;
 pub mod madeyoureset;
 pub mod pingflood;
 pub mod slowbody;
 pub mod stall;
+pub mod wuflood;
 
 use std::{
     collections::BTreeMap,
@@ -49,10 +51,14 @@ pub enum Attack {
     Contenttype,
     /// PING frames as fast as possible.
     Pingflood,
+    /// Idle connections after two pages in 16 MiB frames (issue 14, A).
+    Bigframes,
+    /// WINDOW_UPDATEs on a closed stream (issue 14, D).
+    Wuflood,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 7] = [
+    pub const ALL: [Attack; 9] = [
         Attack::Stall,
         Attack::Madeyoureset,
         Attack::Fdflood,
@@ -60,6 +66,8 @@ impl Attack {
         Attack::Slowbody,
         Attack::Contenttype,
         Attack::Pingflood,
+        Attack::Bigframes,
+        Attack::Wuflood,
     ];
 
     pub fn name(self) -> &'static str {
@@ -71,6 +79,8 @@ impl Attack {
             Attack::Slowbody => "slowbody",
             Attack::Contenttype => "contenttype",
             Attack::Pingflood => "pingflood",
+            Attack::Bigframes => "bigframes",
+            Attack::Wuflood => "wuflood",
         }
     }
 }
@@ -79,7 +89,7 @@ impl Attack {
 /// opens more, sends more or lasts longer than these say.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Knobs {
-    /// Override every hold time below (stall, fdflood, nopreface, slowbody), in seconds.
+    /// Override every hold time below (stall, fdflood, nopreface, slowbody, bigframes), in seconds.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub hold_secs: Option<u64>,
 
@@ -146,6 +156,26 @@ pub struct Knobs {
     #[arg(long, default_value_t = 20_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub ping_max: u64,
 
+    /// bigframes: connections that read a 1-route and a 2-route page in 16 MiB frames, then idle.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub bigframes_conns: u32,
+    /// bigframes: seconds they idle before the server's RSS is read (its keepalive pings every 5 s).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub bigframes_hold_secs: u64,
+
+    /// wuflood: connections flooding WINDOW_UPDATEs on a closed stream.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub wuflood_conns: u32,
+    /// wuflood: seconds of flooding at most.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=120))]
+    pub wuflood_secs: u64,
+    /// wuflood: WINDOW_UPDATEs written at most, over all connections (13 bytes each).
+    #[arg(long, default_value_t = 1_000_000_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    pub wuflood_max: u64,
+    /// wuflood: replace a connection the server closes, at once, until the time is up.
+    #[arg(long)]
+    pub wuflood_reconnect: bool,
+
     /// End an attack early once the server's RSS has grown by this many MiB (local servers only).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..=65_536))]
     pub rss_guard_mib: u64,
@@ -183,6 +213,10 @@ impl Knobs {
 
     pub fn slowbody_hold(&self) -> Duration {
         self.hold(self.slowbody_hold_secs)
+    }
+
+    pub fn bigframes_hold(&self) -> Duration {
+        self.hold(self.bigframes_hold_secs)
     }
 
     pub fn probe_deadline(&self) -> Duration {
@@ -224,6 +258,8 @@ pub struct Report {
     pub rss_peak_mib: Option<f64>,
     /// p99 of the probe's GetQuote latency during the attack.
     pub probe_p99_ms: Option<f64>,
+    /// Its median.
+    pub probe_p50_ms: Option<f64>,
     pub probe_errors: usize,
     pub probe_calls: usize,
     /// Server CPU during the attack, % of one core.
@@ -254,6 +290,8 @@ pub async fn run(attack: Attack, ctx: &Context) -> Result<Report, Error> {
         Attack::Slowbody => slowbody::run(ctx).await,
         Attack::Contenttype => contenttype::run(ctx).await,
         Attack::Pingflood => pingflood::run(ctx).await,
+        Attack::Bigframes => bigframes::run(ctx).await,
+        Attack::Wuflood => wuflood::run(ctx).await,
     };
     let secs = started.elapsed().as_secs_f64();
     let probe = probe.stop().await;
@@ -322,6 +360,7 @@ fn report(
         outcome: findings.outcome,
         rss_peak_mib: usage.map(|u| u.rss_peak_mib),
         probe_p99_ms: probe.p99_ms,
+        probe_p50_ms: probe.p50_ms,
         probe_errors: probe.errors,
         probe_calls: probe.calls,
         server_cpu_pct: usage.map(|u| u.cpu_pct),
@@ -360,6 +399,17 @@ pub struct GoawaySeen {
     pub debug_data: String,
     pub last_stream_id: u32,
     pub after_s: f64,
+}
+
+impl GoawaySeen {
+    /// The code and debug data, e.g. `ENHANCE_YOUR_CALM "too_many_pings"`,
+    /// for tallies.
+    pub fn label(&self) -> String {
+        match self.debug_data.as_str() {
+            "" => self.error_code.clone(),
+            debug => format!("{} {debug:?}", self.error_code),
+        }
+    }
 }
 
 /// What the server did to one stream, for a writer that paces on it.

@@ -20,9 +20,9 @@
 //! server did. `rss_peak_mib` and `server_cpu_pct` (% of one core) are read
 //! from `/proc` of the process listening on the target, when it runs on this
 //! machine (null otherwise; `--server-pid` names it, e.g. behind a container
-//! port proxy). `probe_p99_ms` and `probe_errors` come from a separate,
-//! well-behaved client calling GetQuote 20 times a second with a 1 s
-//! deadline during the attack. `details` holds the counts behind the
+//! port proxy). `probe_p99_ms`, `probe_p50_ms` and `probe_errors` come from
+//! a separate, well-behaved client calling GetQuote 20 times a second with a
+//! 1 s deadline during the attack. `details` holds the counts behind the
 //! outcome, and `note` anything that qualifies the numbers (e.g. the memory
 //! guard ended the attack early). Progress logs go to stderr. Exit status 1
 //! if an attack could not run, 2 for a usage error.
@@ -42,7 +42,7 @@ use harness::{
 #[command(
     version,
     about = "Run bounded attacks against a gRPC server on loopback; one JSON line per attack",
-    after_help = "ATTACKS: all, stall, madeyoureset, fdflood, nopreface, slowbody, contenttype, pingflood"
+    after_help = "ATTACKS: all, stall, madeyoureset, fdflood, nopreface, slowbody, contenttype, pingflood, bigframes, wuflood"
 )]
 struct Args {
     /// The server: host:port, loopback only (127.0.0.0/8 or [::1]).

@@ -3,16 +3,29 @@
 
 #![allow(dead_code)] // Each test file uses a different subset.
 
-use std::net::SocketAddr;
+use std::{
+    io,
+    net::SocketAddr,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll},
+};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use h2_frames::{FrameTracker, kind};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use routing_server::{Config, LocalServer};
-use tokio::net::TcpStream;
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpStream,
+};
 use tonic::transport::Channel;
 
 pub const MIB: usize = 1024 * 1024;
@@ -45,15 +58,113 @@ pub async fn channel(server: &LocalServer) -> Channel {
 /// test controls how fast a large response may flow by reading it or not.
 pub async fn raw_h2(addr: SocketAddr) -> SendRequest<Full<Bytes>> {
     let tcp = TcpStream::connect(addr).await.expect("tcp connects");
+    h2_over(tcp).await
+}
+
+/// [`raw_h2`], counting the frames that cross the connection.
+pub async fn counted_h2(addr: SocketAddr) -> (SendRequest<Full<Bytes>>, Arc<FramesCounted>) {
+    let tcp = TcpStream::connect(addr).await.expect("tcp connects");
+    let counts = Arc::new(FramesCounted::default());
+    let counted = Counted {
+        io: tcp,
+        sent: FrameTracker::client_to_server(),
+        received: FrameTracker::server_to_client(),
+        counts: Arc::clone(&counts),
+    };
+    (h2_over(counted).await, counts)
+}
+
+async fn h2_over<T>(io: T) -> SendRequest<Full<Bytes>>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .adaptive_window(false)
         .initial_stream_window_size(65_535)
         .initial_connection_window_size(65_535)
-        .handshake(TokioIo::new(tcp))
+        .handshake(TokioIo::new(io))
         .await
         .expect("http/2 handshake");
     tokio::spawn(connection);
     sender
+}
+
+/// Frames a [`counted_h2`] connection carried, counted as they passed.
+#[derive(Debug, Default)]
+pub struct FramesCounted {
+    /// WINDOW_UPDATEs the client sent for a stream.
+    pub stream_window_updates: AtomicU64,
+    /// WINDOW_UPDATEs the client sent for the whole connection (stream 0).
+    pub connection_window_updates: AtomicU64,
+    /// GOAWAYs the server sent.
+    pub goaways: AtomicU64,
+}
+
+impl FramesCounted {
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// A socket that passes every byte through and counts frames on the way.
+struct Counted<T> {
+    io: T,
+    sent: FrameTracker,
+    received: FrameTracker,
+    counts: Arc<FramesCounted>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.io).poll_read(cx, buf);
+        let counts = &this.counts;
+        this.received.feed(&buf.filled()[before..], |frame| {
+            if frame.header.kind == kind::GOAWAY {
+                counts.goaways.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        read
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            let counts = &this.counts;
+            this.sent.feed(&buf[..n], |frame| {
+                let h = frame.header;
+                if h.kind == kind::WINDOW_UPDATE {
+                    let counter = if h.stream_id == 0 {
+                        &counts.connection_window_updates
+                    } else {
+                        &counts.stream_window_updates
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        written
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
 }
 
 /// A unary gRPC request built by hand: one uncompressed length-prefixed message.
