@@ -14,7 +14,7 @@ use std::{
 use hyper::{body::Incoming, server::conn::http2};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::graceful::GracefulShutdown,
+    server::graceful::{GracefulShutdown, Watcher},
     service::TowerToHyperService,
 };
 use routing_contracts::routing::routing_service_server::RoutingServiceServer;
@@ -28,10 +28,11 @@ use tower::{Layer, Service, util::BoxCloneSyncService};
 use crate::{
     budget::ByteBudget,
     catalog::Catalog,
-    connection::{self, ConnectionInfo, ConnectionPolicy},
+    connection::{self, Accepted, ConnectionInfo, ConnectionPolicy},
     edge::{EdgeConfig, EdgeLayer},
     knobs::Config,
     service::{RoutingApi, RoutingServer},
+    workers::{self, Workers},
 };
 
 /// Anything that stops the server from starting or serving.
@@ -61,6 +62,14 @@ pub fn routing_service(config: &Config) -> RoutingServer {
 /// calls in flight may finish, and after `config.drain_timeout()` the server
 /// stops waiting for them.
 ///
+/// Connections are served by `config.worker_threads` workers
+/// ([`crate::workers`]): the runtime this is awaited on accepts every
+/// connection and is worker 0; the others are threads this starts, each with
+/// a current-thread runtime, and stops before it returns. What is global
+/// stays here, on the caller's runtime: the accept loop with its connection
+/// cap and back-off, health, the byte budgets (shared by every worker's copy
+/// of the service) and the drain, which waits for every worker's connections.
+///
 /// hyper serves each connection directly rather than through tonic's
 /// `Server`: tonic adds a router, boxed futures and bodies, and a `date`
 /// header to every call, about 10 % of GetQuote's CPU on the test machine
@@ -68,7 +77,7 @@ pub fn routing_service(config: &Config) -> RoutingServer {
 /// the client's `grpc-timeout`, is done in [`crate::edge`].
 pub async fn run(
     listener: TcpListener,
-    config: Config,
+    mut config: Config,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -108,7 +117,12 @@ pub async fn run(
         },
     );
     let connections = GracefulShutdown::new();
-    tracing::info!(%local_addr, ?config, max_connections, "serving shipping.routing.v1.RoutingService");
+    let workers = workers::count(config.worker_threads);
+    config.worker_threads = Some(workers);
+    let mut workers = Workers::start(workers, move |(accepted, watcher)| {
+        serve_connection(accepted, watcher, service.clone(), http2.clone())
+    })?;
+    tracing::info!(%local_addr, ?config, max_connections, workers = workers.len(), "serving shipping.routing.v1.RoutingService");
 
     let mut shutdown = pin!(shutdown);
     loop {
@@ -117,21 +131,11 @@ pub async fn run(
             connection = incoming.recv() => connection,
         };
         let Some(connection) = connection else { break };
-        let per_call = PerConnection {
-            service: service.clone(),
-            info: connection.info().clone(),
-        };
-        let (http2, watcher) = (http2.clone(), connections.watcher());
-        tokio::spawn(async move {
-            // Built inside the task, not moved into it: a future captured by
-            // an async block and then awaited is stored twice, which cost
-            // 1.4 KiB per connection (measured with massif).
-            let io = TokioIo::new(connection);
-            let serving = http2.serve_connection(io, TowerToHyperService::new(per_call));
-            if let Err(e) = watcher.watch(serving).await {
-                tracing::debug!("connection ended with an error: {e}");
-            }
-        });
+        let peer = connection.peer();
+        // The watcher is made here, before the hand-off, so the drain also
+        // waits for a connection still on its way to its worker.
+        let worker = workers.hand_off((connection, connections.watcher()));
+        tracing::debug!(%peer, worker, "connection accepted");
     }
 
     // Dropping `incoming` ends the accept loop, which closes the listener:
@@ -150,8 +154,45 @@ pub async fn run(
             tracing::warn!(drain_secs = config.drain_secs, "drain timed out: dropping calls still in flight");
         }
     }
+    workers.stop().await;
     tracing::info!("server stopped");
     Ok(())
+}
+
+/// Serves one connection on the worker it was handed to, until it ends or
+/// the drain closes it.
+async fn serve_connection<S>(
+    accepted: Accepted,
+    watcher: Watcher,
+    service: S,
+    http2: http2::Builder<TokioExecutor>,
+) where
+    S: Service<http::Request<Incoming>, Response = http::Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let peer = accepted.peer();
+    let connection = match accepted.serve() {
+        Ok(connection) => connection,
+        Err(e) => {
+            tracing::debug!(%peer, "cannot serve the connection on this worker: {e}");
+            return;
+        }
+    };
+    let per_call = PerConnection {
+        service,
+        info: connection.info().clone(),
+    };
+    // Built here, inside the connection's task, not moved into it: a future
+    // captured by an async block and then awaited is stored twice, which
+    // cost 1.4 KiB per connection (measured with massif).
+    let io = TokioIo::new(connection);
+    let serving = http2.serve_connection(io, TowerToHyperService::new(per_call));
+    if let Err(e) = watcher.watch(serving).await {
+        tracing::debug!("connection ended with an error: {e}");
+    }
 }
 
 /// hyper's HTTP/2 settings for every connection. With tonic's `Server`
