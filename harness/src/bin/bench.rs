@@ -125,6 +125,17 @@ async fn run(args: Args) -> Result<String, Error> {
     let mut out = machine_line();
     out.push_str(&bench::table(&servers, &args.knobs, &measured));
     for (server, m) in servers.iter().zip(&measured) {
+        for (channels, run) in args.knobs.channels.iter().zip(&m.quote) {
+            if !run.thread_shares.is_empty() {
+                out.push_str(&format!(
+                    "CPU by thread, {} GetQuote on {channels} conns: {}\n",
+                    server.target,
+                    run.describe_threads()
+                ));
+            }
+        }
+    }
+    for (server, m) in servers.iter().zip(&measured) {
         for run in m.runs() {
             if let Some(e) = &run.first_error {
                 out.push_str(&format!("first error from {}: {e}\n", server.target));
