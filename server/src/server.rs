@@ -40,8 +40,18 @@ pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The routing service with the chapter's message caps and compression.
 pub fn routing_service(config: &Config) -> RoutingServer {
+    routing_server(routing_api(config), config)
+}
+
+/// The catalog and the response budget, behind GetQuote and ListRoutes.
+fn routing_api(config: &Config) -> RoutingApi {
     let response_budget = ByteBudget::new("response budget", config.response_budget_bytes);
-    let api = RoutingApi::new(Catalog::new(), response_budget, config.send_deadline());
+    RoutingApi::new(Catalog::new(), response_budget, config.send_deadline())
+}
+
+/// The routing service around `api`, which may be shared: a clone shares its
+/// catalog and response budget.
+fn routing_server(api: RoutingApi, config: &Config) -> RoutingServer {
     let service = RoutingServer::new(api)
         // Send cap: tonic's default is unlimited, so set it (see knobs).
         .max_encoding_message_size(config.max_send_bytes)
@@ -92,15 +102,25 @@ pub async fn run(
             .register_encoded_file_descriptor_set(routing_contracts::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    let services = Services::new(routing_service(&config))
-        .with(health_service)
-        .with(descriptors().build_v1()?)
-        .with(descriptors().build_v1alpha()?);
-    let service = EdgeLayer::new(EdgeConfig {
-        request_budget: ByteBudget::new("request budget", config.request_budget_bytes),
-        request_deadline: config.request_deadline(),
-    })
-    .layer(services);
+    // Every worker gets a service of its own: hyper and tonic clone the
+    // service, and so bump its reference counts, on every call, and counts
+    // shared by two cores would bounce between their caches. What must be
+    // global is shared: the catalog, both byte budgets and health.
+    let api = routing_api(&config);
+    let request_budget = ByteBudget::new("request budget", config.request_budget_bytes);
+    let workers = workers::count(config.worker_threads);
+    config.worker_threads = Some(workers);
+    let worker_service = || -> Result<_, Error> {
+        let services = Services::new(routing_server(api.clone(), &config))
+            .with(health_service.clone())
+            .with(descriptors().build_v1()?)
+            .with(descriptors().build_v1alpha()?);
+        Ok(EdgeLayer::new(EdgeConfig {
+            request_budget: Arc::clone(&request_budget),
+            request_deadline: config.request_deadline(),
+        })
+        .layer(services))
+    };
     let http2 = http2_settings(&config);
 
     let local_addr = listener.local_addr()?;
@@ -117,11 +137,14 @@ pub async fn run(
         },
     );
     let connections = GracefulShutdown::new();
-    let workers = workers::count(config.worker_threads);
-    config.worker_threads = Some(workers);
-    let mut workers = Workers::start(workers, move |(accepted, watcher)| {
-        serve_connection(accepted, watcher, service.clone(), http2.clone())
-    })?;
+    let mut serve = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let (service, http2) = (worker_service()?, http2.clone());
+        serve.push(move |(accepted, watcher)| {
+            serve_connection(accepted, watcher, service.clone(), http2.clone())
+        });
+    }
+    let mut workers = Workers::start(serve)?;
     tracing::info!(%local_addr, ?config, max_connections, workers = workers.len(), "serving shipping.routing.v1.RoutingService");
 
     let mut shutdown = pin!(shutdown);

@@ -111,18 +111,26 @@ impl Drop for Live {
 }
 
 impl<J: Send + 'static> Workers<J> {
-    /// Starts `count` workers (at least one) that each run `serve` on the
-    /// connections handed to them, one task per connection. Must be called
-    /// inside a tokio runtime, which becomes worker 0.
-    pub fn start<F, Fut>(count: usize, serve: F) -> io::Result<Self>
+    /// Starts one worker per function in `serve` (at least one is needed);
+    /// each calls its own on every connection handed to it, in a task per
+    /// connection. One each, not one cloned: whatever a function holds stays
+    /// with its worker. Must be called inside a tokio runtime, which becomes
+    /// worker 0.
+    pub fn start<F, Fut>(serve: Vec<F>) -> io::Result<Self>
     where
-        F: Fn(J) -> Fut + Clone + Send + 'static,
+        F: Fn(J) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let mut workers = Vec::with_capacity(count.max(1));
-        for index in 0..count.max(1) {
+        if serve.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "at least one worker is needed",
+            ));
+        }
+        let mut workers = Vec::with_capacity(serve.len());
+        for (index, serve) in serve.into_iter().enumerate() {
             let (handoff, handed) = mpsc::unbounded_channel();
-            let serving = run_worker(handed, serve.clone());
+            let serving = run_worker(handed, serve);
             let thread = if index == 0 {
                 tokio::spawn(serving);
                 None
@@ -146,7 +154,10 @@ impl<J: Send + 'static> Workers<J> {
                 thread,
             });
         }
-        Ok(Self { workers, next: 0 })
+        // Ties go to worker 1 first: worker 0 also runs the acceptor, and
+        // whatever else the caller runs on its runtime.
+        let next = 1 % workers.len();
+        Ok(Self { workers, next })
     }
 
     pub fn len(&self) -> usize {
@@ -158,8 +169,8 @@ impl<J: Send + 'static> Workers<J> {
     }
 
     /// Hands `job` to the worker serving the fewest connections (the first
-    /// such after the previous choice, so equal workers take turns), and
-    /// returns that worker's index.
+    /// such after the previous choice, so equal workers take turns, starting
+    /// with worker 1), and returns that worker's index.
     pub fn hand_off(&mut self, job: J) -> usize {
         let loads: Vec<usize> = self
             .workers
@@ -189,24 +200,25 @@ impl<J: Send + 'static> Workers<J> {
     /// worker 0's connections, if any are left, stay with the caller's runtime.
     pub async fn stop(self) {
         tracing::info!(connections_per_worker = ?self.handed(), "stopping workers");
-        let mut threads = Vec::new();
+        let mut joins = Vec::new();
         for worker in self.workers {
             // Closing the hand-off ends the worker's loop.
             drop(worker.handoff);
-            threads.extend(worker.thread);
-        }
-        for thread in threads {
-            let name = thread.thread().name().unwrap_or("worker").to_owned();
-            let joined = tokio::time::timeout(
-                WORKER_STOP_BOUND * 2,
-                tokio::task::spawn_blocking(move || thread.join()),
-            )
-            .await;
-            match joined {
-                Ok(Ok(Ok(()))) => {}
-                Ok(_) => tracing::error!(worker = name, "worker thread panicked"),
-                Err(_) => tracing::warn!(worker = name, "worker thread did not stop in time"),
+            if let Some(thread) = worker.thread {
+                let name = thread.thread().name().unwrap_or("worker").to_owned();
+                joins.push((name, tokio::task::spawn_blocking(move || thread.join())));
             }
+        }
+        // Every thread stops at once, so N workers take no longer than one.
+        let joined = tokio::time::timeout(WORKER_STOP_BOUND * 2, async {
+            for (name, join) in joins {
+                if !matches!(join.await, Ok(Ok(()))) {
+                    tracing::error!(worker = name, "worker thread panicked");
+                }
+            }
+        });
+        if joined.await.is_err() {
+            tracing::warn!("a worker thread did not stop in time: leaving it");
         }
     }
 }
@@ -255,37 +267,37 @@ mod tests {
     }
 
     /// Given two workers and ten connections that stay open, when each is
-    /// handed off, then they alternate between the workers, each runs on its
-    /// worker's thread (worker 0: the caller's), and once they end and the
-    /// workers stop, no connection is counted live and the thread is joined.
+    /// handed off, then they alternate between the workers, worker 1 first,
+    /// each runs on its worker's thread (worker 0: the caller's), and once
+    /// they end, none is counted live, and stopping joins the thread.
     #[tokio::test]
     async fn connections_alternate_and_stay_on_their_worker_thread() {
         // Given: jobs that report their thread, then stay open until released.
         let (ran, mut ran_on) = mpsc::unbounded_channel::<(usize, String)>();
         let (release, released) = tokio::sync::watch::channel(false);
-        let mut workers = Workers::start(2, move |job: usize| {
+        let serve = move |job: usize| {
             let (ran, mut released) = (ran.clone(), released.clone());
             async move {
                 let thread = std::thread::current().name().unwrap_or("").to_owned();
                 let _ = ran.send((job, thread));
                 let _ = released.wait_for(|r| *r).await;
             }
-        })
-        .expect("workers start");
+        };
+        let mut workers = Workers::start(vec![serve.clone(), serve]).expect("workers start");
         let caller = std::thread::current().name().unwrap_or("").to_owned();
 
         // When: ten are handed off.
         let chosen: Vec<usize> = (0..10).map(|job| workers.hand_off(job)).collect();
 
         // Then: they alternate, and each ran on its worker's thread.
-        assert_eq!(chosen, [0, 1, 0, 1, 0, 1, 0, 1, 0, 1]);
+        assert_eq!(chosen, [1, 0, 1, 0, 1, 0, 1, 0, 1, 0]);
         assert_eq!(workers.handed(), [5, 5]);
         for _ in 0..10 {
             let (job, thread) = ran_on.recv().await.expect("every job runs");
             let expected = if job % 2 == 0 {
-                caller.as_str()
-            } else {
                 "worker-1"
+            } else {
+                caller.as_str()
             };
             assert_eq!(thread, expected, "job {job}");
         }
