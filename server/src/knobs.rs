@@ -137,14 +137,17 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// and its reason are logged at start-up.
 ///
 /// Each worker is a tokio current-thread runtime, and each connection is
-/// served by one worker for its whole life (see [`crate::server`]), so a
-/// response never crosses threads and each worker costs per call what one
-/// thread does. tokio's multi-thread runtime, which this replaced, moved work
+/// served by one worker for its whole life (see [`crate::workers`]), so a
+/// response never crosses threads and a worker costs about what one thread
+/// does per call. tokio's multi-thread runtime, which this replaced, moved work
 /// between threads and woke a connection after each response, writing each
-/// one in its own syscall: 21 to 25 µs of server CPU per GetQuote against 14
-/// on one thread (50 calls in flight, 2-core test machine). The cost: one
-/// HTTP/2 connection uses at most one core, however busy it is, so a client
-/// needs as many connections as the server has workers to use them all.
+/// one in its own syscall. Measured on the 2-core test machine (ghz, GetQuote,
+/// 50 calls in flight over 10 connections, 3 rounds, other builds running):
+/// 2 workers used 1.01 to 1.14 times the server CPU per call of 1 worker and
+/// made 0.48 to 0.52 reads and writes per call (1 worker: 0.47 to 0.48);
+/// the multi-thread runtime used 1.08 to 1.29 times, with 1.27. The cost:
+/// one HTTP/2 connection uses at most one core, however busy it is, so a
+/// client needs at least as many connections as the server has workers.
 /// `--worker-threads 1` serves everything on the thread that calls
 /// [`crate::run`], exactly as a single-threaded server.
 pub const WORKER_THREADS: Option<usize> = None;

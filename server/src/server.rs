@@ -158,7 +158,7 @@ pub async fn run(
         // The watcher is made here, before the hand-off, so the drain also
         // waits for a connection still on its way to its worker.
         let worker = workers.hand_off((connection, connections.watcher()));
-        tracing::debug!(%peer, worker, "connection accepted");
+        tracing::debug!(%peer, worker, live = ?workers.live(), "connection accepted");
     }
 
     // Dropping `incoming` ends the accept loop, which closes the listener:

@@ -172,12 +172,7 @@ impl<J: Send + 'static> Workers<J> {
     /// such after the previous choice, so equal workers take turns, starting
     /// with worker 1), and returns that worker's index.
     pub fn hand_off(&mut self, job: J) -> usize {
-        let loads: Vec<usize> = self
-            .workers
-            .iter()
-            .map(|w| w.live.load(Ordering::Relaxed))
-            .collect();
-        let index = least_loaded(&loads, self.next);
+        let index = least_loaded(&self.live(), self.next);
         self.next = (index + 1) % self.workers.len();
         let worker = &mut self.workers[index];
         worker.live.fetch_add(1, Ordering::Relaxed);
@@ -188,6 +183,14 @@ impl<J: Send + 'static> Workers<J> {
             tracing::error!(worker = index, "worker has stopped: connection dropped");
         }
         index
+    }
+
+    /// Connections each worker serves now.
+    pub fn live(&self) -> Vec<usize> {
+        self.workers
+            .iter()
+            .map(|w| w.live.load(Ordering::Relaxed))
+            .collect()
     }
 
     /// Connections handed to each worker since start.
@@ -301,18 +304,12 @@ mod tests {
             };
             assert_eq!(thread, expected, "job {job}");
         }
-        let live = |w: &Workers<usize>| -> Vec<usize> {
-            w.workers
-                .iter()
-                .map(|w| w.live.load(Ordering::Relaxed))
-                .collect()
-        };
-        assert_eq!(live(&workers), [5, 5]);
+        assert_eq!(workers.live(), [5, 5]);
 
         // And: released, they end and are no longer counted.
         release.send(true).expect("jobs listen");
         let ended = tokio::time::timeout(Duration::from_secs(5), async {
-            while live(&workers) != [0, 0] {
+            while workers.live() != [0, 0] {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         });
