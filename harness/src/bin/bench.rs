@@ -158,8 +158,9 @@ async fn run(args: Args) -> Result<String, Error> {
         for (channels, run) in args.knobs.channels.iter().zip(&m.quote) {
             if !run.thread_shares.is_empty() {
                 out.push_str(&format!(
-                    "CPU by thread, {} GetQuote on {channels} conns: {}\n",
+                    "CPU by thread, {} GetQuote on {channels} conn{}: {}\n",
                     server.target,
+                    if *channels == 1 { "" } else { "s" },
                     run.describe_threads()
                 ));
             }
