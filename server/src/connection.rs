@@ -3,7 +3,10 @@
 //!
 //! - [`incoming`] is the accept loop. It caps connections served at once
 //!   (above the cap a new connection is closed at once) and backs off on
-//!   accept errors such as `EMFILE` instead of spinning.
+//!   accept errors such as `EMFILE` instead of spinning. It yields each
+//!   connection as [`Accepted`], a socket bound to no runtime yet, so the
+//!   server can hand it to the worker that will serve it
+//!   ([`crate::server`]).
 //! - [`Connection`] wraps each accepted stream and watches its frames in
 //!   both directions with [`h2_frames::FrameTracker`]:
 //!   - **handshake timeout**: no preface and SETTINGS in time, closed;
@@ -99,14 +102,14 @@ pub fn default_max_connections() -> u64 {
     cap
 }
 
-/// Accepts connections on `listener` in a task of its own and yields them
-/// wrapped, at most `max_connections` alive at once. The task ends when the
-/// receiver is dropped, which closes the listening socket.
+/// Accepts connections on `listener` in a task of its own and yields them,
+/// at most `max_connections` alive at once. The task ends when the receiver
+/// is dropped, which closes the listening socket.
 pub fn incoming(
     listener: TcpListener,
     max_connections: u64,
     policy: ConnectionPolicy,
-) -> mpsc::Receiver<Connection> {
+) -> mpsc::Receiver<Accepted> {
     let (tx, rx) = mpsc::channel(1);
     let slots = usize::try_from(max_connections)
         .unwrap_or(usize::MAX)
@@ -124,7 +127,7 @@ async fn accept_loop(
     listener: TcpListener,
     slots: Arc<Semaphore>,
     policy: ConnectionPolicy,
-    tx: mpsc::Sender<Connection>,
+    tx: mpsc::Sender<Accepted>,
 ) {
     let mut backoff: Option<Duration> = None;
     let mut at_cap = false;
@@ -151,7 +154,9 @@ async fn accept_loop(
                 if let Err(e) = stream.set_nodelay(true) {
                     tracing::debug!(%peer, "cannot set TCP_NODELAY: {e}");
                 }
-                let connection = Connection::new(stream, peer, slot, policy);
+                let Some(connection) = Accepted::detach(stream, peer, slot, policy) else {
+                    continue;
+                };
                 if tx.send(connection).await.is_err() {
                     return;
                 }
@@ -170,6 +175,55 @@ async fn accept_loop(
                 }
             }
         }
+    }
+}
+
+/// A connection accepted under the cap, not yet served: its socket belongs
+/// to no runtime, so it may be sent to another thread. [`Accepted::serve`],
+/// called on the thread that will serve it, registers it there, so that
+/// thread's runtime alone reads, writes and wakes it for its whole life.
+#[derive(Debug)]
+pub struct Accepted {
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    slot: OwnedSemaphorePermit,
+    policy: ConnectionPolicy,
+}
+
+impl Accepted {
+    /// Takes the socket out of the accepting runtime (`None`, and the
+    /// connection closed, if the kernel refuses, which it does not in
+    /// practice).
+    fn detach(
+        stream: TcpStream,
+        peer: SocketAddr,
+        slot: OwnedSemaphorePermit,
+        policy: ConnectionPolicy,
+    ) -> Option<Self> {
+        match stream.into_std() {
+            Ok(stream) => Some(Self {
+                stream,
+                peer,
+                slot,
+                policy,
+            }),
+            Err(e) => {
+                tracing::debug!(%peer, "cannot hand the connection on: {e}");
+                None
+            }
+        }
+    }
+
+    /// Registers the socket with the runtime this is called on (it must be
+    /// called inside one) and applies the connection's policies.
+    pub fn serve(self) -> io::Result<Connection> {
+        // into_std left the socket non-blocking, as from_std requires.
+        let stream = TcpStream::from_std(self.stream)?;
+        Ok(Connection::new(stream, self.peer, self.slot, self.policy))
+    }
+
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
     }
 }
 

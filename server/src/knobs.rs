@@ -165,17 +165,30 @@ pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// The longest wait between two failing accepts.
 pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// Threads that run the server: 1, a tokio current-thread runtime.
+/// Threads that serve connections: by default one per CPU this process may
+/// use, `std::thread::available_parallelism()`, which honours cgroup CPU
+/// quotas (a container limited to 2 CPUs gets 2) and CPU affinity. The number
+/// and its reason are logged at start-up.
 ///
-/// Measured with 50 concurrent GetQuote calls on the 2-core test machine:
-/// 14 µs of server CPU per call on one thread, against 21 to 25 µs on tokio's
-/// multi-thread runtime, which wakes the connection after each response and
-/// so writes each one in its own syscall (1 `writev` per call instead of 0.1).
-/// Throughput under ghz was the same. The cost: the server uses at most one
-/// core, and a gzipped full catalog (about 2.5 ms of CPU) holds up other calls
-/// while it compresses. Where one core is not enough, raise it: more than 1
-/// runs tokio's multi-thread runtime with that many workers.
-pub const WORKER_THREADS: usize = 1;
+/// Each worker is a tokio current-thread runtime, and each connection is
+/// served by one worker for its whole life (see [`crate::workers`]), so a
+/// response never crosses threads and a worker costs about what one thread
+/// does per call. tokio's multi-thread runtime, which this replaced, moved work
+/// between threads and woke a connection after each response, writing each
+/// one in its own syscall. Measured on the 2-core test machine (ghz, GetQuote,
+/// 50 calls in flight over 10 connections, 3 rounds, other builds running):
+/// 2 workers used 1.01 to 1.14 times the server CPU per call of 1 worker and
+/// made 0.48 to 0.52 reads and writes per call (1 worker: 0.47 to 0.48);
+/// the multi-thread runtime used 1.08 to 1.29 times, with 1.27. The cost:
+/// one HTTP/2 connection uses at most one core, however busy it is, so a
+/// client needs at least as many connections as the server has workers.
+/// `--worker-threads 1` serves everything on the thread that calls
+/// [`crate::run`], exactly as a single-threaded server.
+pub const WORKER_THREADS: Option<usize> = None;
+
+/// The thread count when `available_parallelism()` cannot tell (it fails on
+/// some exotic platforms): 1, which is always safe.
+pub const WORKER_THREADS_FALLBACK: usize = 1;
 
 /// Bytes of large DATA frames gathered into one write on a connection:
 /// 256 KiB (see [`crate::coalesce`]).
@@ -279,11 +292,10 @@ pub struct Config {
           value_parser = at_least_one_second)]
     pub handshake_timeout_secs: u64,
 
-    /// Threads that serve calls: 1 is a single-threaded runtime (least CPU per
-    /// call), more is tokio's multi-thread runtime with that many workers.
-    #[arg(long, env = "ROUTING_WORKER_THREADS", default_value_t = WORKER_THREADS,
-          value_parser = at_least_one_thread)]
-    pub worker_threads: usize,
+    /// Threads that serve connections, each connection on one thread for its whole
+    /// life [default: the CPUs this process may use, cgroup quotas included].
+    #[arg(long, env = "ROUTING_WORKER_THREADS", value_parser = at_least_one_thread)]
+    pub worker_threads: Option<usize>,
 
     /// Seconds to let calls in flight finish after SIGTERM or Ctrl+C.
     #[arg(long, env = "ROUTING_DRAIN_SECS", default_value_t = DRAIN_TIMEOUT.as_secs())]

@@ -61,9 +61,14 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    // The runtime is a knob (knobs::WORKER_THREADS), so it is built here,
-    // after the flags are read, rather than by #[tokio::main].
-    let runtime = match runtime(cli.config.worker_threads) {
+    // One thread: the acceptor, health, the drain and worker 0. The other
+    // workers (knobs::WORKER_THREADS) are threads with runtimes of their own
+    // that routing_server::run starts, so that each connection stays on one
+    // thread (see routing_server::workers).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             tracing::error!("cannot start the tokio runtime: {e}");
@@ -71,18 +76,6 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(run(cli))
-}
-
-/// One thread runs every task, or tokio's multi-thread runtime with `workers`.
-fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = if workers == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder.worker_threads(workers);
-        builder
-    };
-    builder.enable_all().build()
 }
 
 async fn run(cli: Cli) -> ExitCode {

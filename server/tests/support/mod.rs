@@ -32,12 +32,40 @@ pub const MIB: usize = 1024 * 1024;
 pub const GET_QUOTE: &str = "/shipping.routing.v1.RoutingService/GetQuote";
 pub const LIST_ROUTES: &str = "/shipping.routing.v1.RoutingService/ListRoutes";
 
+/// Sets how many workers serve every test server: a whole number of at
+/// least 1. Unset, it is 1, or 2 in the [`SEVERAL_WORKERS_SUITE`].
+pub const WORKERS_ENV: &str = "ROUTING_TEST_WORKERS";
+
+/// The test crate (`server/tests/two_workers.rs`) that runs the hardening,
+/// shutdown and contract suites again with two workers, so that
+/// `cargo test` alone runs them both ways.
+pub const SEVERAL_WORKERS_SUITE: &str = "two_workers";
+
+/// Workers for the servers these tests start (see [`WORKERS_ENV`]). A test
+/// that sets `worker_threads` itself keeps its own.
+pub fn workers() -> usize {
+    if let Ok(text) = std::env::var(WORKERS_ENV) {
+        return match text.trim().parse() {
+            Ok(n) if n >= 1 => n,
+            _ => panic!("{WORKERS_ENV}={text:?}: expected a whole number of at least 1"),
+        };
+    }
+    if env!("CARGO_CRATE_NAME") == SEVERAL_WORKERS_SUITE {
+        2
+    } else {
+        1
+    }
+}
+
 /// A server with the chapter's settings on `127.0.0.1:0`.
 pub async fn start() -> LocalServer {
     start_with(Config::default()).await
 }
 
-pub async fn start_with(config: Config) -> LocalServer {
+/// A server with `config` on `127.0.0.1:0`, served by [`workers`] workers
+/// unless `config` names its own number.
+pub async fn start_with(mut config: Config) -> LocalServer {
+    config.worker_threads = config.worker_threads.or_else(|| Some(workers()));
     LocalServer::start(config).await.expect("server starts")
 }
 
