@@ -18,6 +18,8 @@
 //! - [`catalog`]: fetching a page of the catalog, timed.
 //! - [`wire`]: a connector that counts connections and bytes on the wire, so
 //!   every number a client prints was measured.
+//! - [`link`]: an emulated network link (delay, rate, queue, NAT idle
+//!   timeout) that wraps a connection, with grpc-go's presets.
 //! - [`relay`]: a loopback TCP relay that can go silent, to play a dead peer.
 //! - [`output`]: one JSON line on stdout, diagnostics on stderr.
 //! - [`timing`]: the total of a run of calls and the median call.
@@ -26,6 +28,7 @@
 
 pub mod baseline;
 pub mod catalog;
+pub mod link;
 pub mod output;
 pub mod relay;
 pub mod target;
@@ -34,6 +37,7 @@ pub mod windows;
 pub mod wire;
 
 pub use baseline::{Baseline, rpc_error, sample_quote_request};
+pub use link::{Link, LinkArgs, LinkReport, Preset, SharedLink};
 pub use output::{finish, init_tracing, seconds};
 pub use relay::SilentRelay;
 pub use timing::{CallTimer, Timings};

@@ -32,8 +32,8 @@ use std::{
 
 use clap::Parser;
 use routing_clients::{
-    Baseline, CountingConnector, Error, finish, init_tracing, rpc_error, sample_quote_request,
-    seconds,
+    Baseline, CountingConnector, Error, LinkReport, finish, init_tracing, rpc_error,
+    sample_quote_request, seconds,
 };
 use routing_contracts::routing::{
     ListRoutesRequest, ListRoutesResponse, routing_service_client::RoutingServiceClient,
@@ -59,6 +59,8 @@ struct Args {
 #[derive(Debug, Serialize)]
 struct Report {
     client: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    link: Option<LinkReport>,
     result: &'static str,
     routes: usize,
     identity_wire_bytes: u64,
@@ -83,7 +85,7 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> Result<Report, Error> {
     let endpoint = args.baseline.endpoint()?;
 
-    let identity_wire = CountingConnector::new();
+    let identity_wire = args.baseline.wire();
     let channel = args
         .baseline
         .connect(&endpoint, identity_wire.clone())
@@ -91,7 +93,7 @@ async fn run(args: Args) -> Result<Report, Error> {
     let mut identity =
         RoutingServiceClient::new(channel).max_decoding_message_size(MAX_DECODE_BYTES);
 
-    let gzip_wire = CountingConnector::new();
+    let gzip_wire = args.baseline.wire();
     let channel = args.baseline.connect(&endpoint, gzip_wire.clone()).await?;
     let mut gzip = RoutingServiceClient::new(channel)
         .max_decoding_message_size(MAX_DECODE_BYTES)
@@ -132,6 +134,7 @@ async fn run(args: Args) -> Result<Report, Error> {
 
     Ok(Report {
         client: "gzip",
+        link: args.baseline.link_report(),
         result: "MATCH",
         routes: plain.routes.len(),
         identity_wire_bytes,

@@ -35,7 +35,7 @@ use std::{future::Future, process::ExitCode, time::Duration};
 use clap::Parser;
 use h2_frames::error_code;
 use routing_clients::{
-    Baseline, CountingConnector, Error, SilentRelay, finish, init_tracing, rpc_error,
+    Baseline, Error, LinkReport, SilentRelay, finish, init_tracing, rpc_error,
     sample_quote_request, seconds,
 };
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
@@ -116,6 +116,8 @@ struct Args {
 #[derive(Debug, Serialize)]
 struct Report {
     client: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    link: Option<LinkReport>,
     #[serde(flatten)]
     idle: Option<IdleReport>,
     #[serde(flatten)]
@@ -170,6 +172,7 @@ async fn run(args: Args) -> Result<Report, Error> {
     )?;
     Ok(Report {
         client: "keepalive",
+        link: args.baseline.link_report(),
         idle,
         dead_peer,
         ping_floor,
@@ -198,7 +201,7 @@ async fn idle_phase(args: &Args) -> Result<IdleReport, Error> {
         .keep_alive_timeout(Duration::from_secs(args.keepalive_timeout_secs))
         // ...and keep pinging when no call is in flight, so idle gaps are covered.
         .keep_alive_while_idle(true);
-    let wire = CountingConnector::new();
+    let wire = args.baseline.wire();
     let request = sample_quote_request();
 
     let channel = args.baseline.connect(&endpoint, wire.clone()).await?;
@@ -333,7 +336,7 @@ impl RelayedClient {
         }
         let channel = args
             .baseline
-            .connect(&endpoint, CountingConnector::new())
+            .connect(&endpoint, args.baseline.wire())
             .await?;
         let mut client = RoutingServiceClient::new(channel);
         client
@@ -353,7 +356,7 @@ async fn ping_floor_phase(args: &Args) -> Result<PingFloorReport, Error> {
         .http2_keep_alive_interval(Duration::from_millis(args.fast_ping_ms))
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(true);
-    let wire = CountingConnector::new();
+    let wire = args.baseline.wire();
     let channel = args.baseline.connect(&endpoint, wire.clone()).await?;
     let mut client = RoutingServiceClient::new(channel);
     client

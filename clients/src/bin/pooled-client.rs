@@ -15,7 +15,7 @@ use std::{process::ExitCode, time::Instant};
 
 use clap::Parser;
 use routing_clients::{
-    Baseline, CallTimer, CountingConnector, Error, Timings, finish, init_tracing, rpc_error,
+    Baseline, CallTimer, Error, LinkReport, Timings, finish, init_tracing, rpc_error,
     sample_quote_request,
 };
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
@@ -34,6 +34,8 @@ struct Args {
 #[derive(Debug, Serialize)]
 struct Report {
     client: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    link: Option<LinkReport>,
     calls: u32,
     connections: u64,
     #[serde(flatten)]
@@ -50,7 +52,7 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<Report, Error> {
     let endpoint = args.baseline.endpoint()?;
-    let wire = CountingConnector::new();
+    let wire = args.baseline.wire();
     let request = sample_quote_request();
 
     let mut timer = CallTimer::start();
@@ -69,6 +71,7 @@ async fn run(args: Args) -> Result<Report, Error> {
 
     Ok(Report {
         client: "pooled",
+        link: args.baseline.link_report(),
         calls: args.calls,
         connections: wire.snapshot().connections,
         timings: timer.finish(),
