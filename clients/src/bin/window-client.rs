@@ -31,7 +31,7 @@
 //!
 //! ```console
 //! $ cargo run --release -p routing-clients --bin window-client
-//! (filled in from a real run)
+//! {"client":"window","link":{"preset":"longhaul","rtt_ms":400.0,"mbit":1000.0,"queue_kib":64},"small":{"channels":1,"fetches":1,"routes":2,"bytes":400200,"s":2.836234,"mbit_s":1.129,"window_ceiling_mbit_s":1.311,"stream_window":65535,"connection_window":65535,"grown_stream_window":65535,"grown_connection_window":65535},"tonic_default":{"channels":1,"fetches":1,"routes":25,"bytes":5002500,"s":1.641016,"mbit_s":24.387,"window_ceiling_mbit_s":41.943,"stream_window":2097152,"connection_window":5242880,"grown_stream_window":2097152,"grown_connection_window":5242880},"adaptive":{"channels":1,"fetches":1,"routes":25,"bytes":5002500,"s":4.076303,"mbit_s":9.818,"window_ceiling_mbit_s":76.237,"stream_window":65535,"connection_window":65535,"grown_stream_window":3811866,"grown_connection_window":3811866},"one_channel":{"channels":1,"fetches":4,"routes":4,"bytes":800428,"s":5.676755,"mbit_s":1.128,"window_ceiling_mbit_s":1.311,"stream_window":65535,"connection_window":65535,"grown_stream_window":65535,"grown_connection_window":65535},"n_channels":{"channels":4,"fetches":4,"routes":4,"bytes":800428,"s":1.632819,"mbit_s":3.922,"window_ceiling_mbit_s":5.243,"stream_window":65535,"connection_window":65535,"grown_stream_window":65535,"grown_connection_window":65535}}
 //! ```
 //!
 //! Every phase reports `s` (from the call to the last decoded answer),
@@ -41,6 +41,13 @@
 //! what the client's first SETTINGS and WINDOW_UPDATE frames granted, and
 //! `grown_*` the largest they reached, read off the wire: with the adaptive
 //! window they show where tonic starts and how far it grew.
+//!
+//! In that run: 64 KiB moved 1.1 Mbit/s on a 1 Gbit/s link, under its
+//! 1.3 Mbit/s ceiling (2 routes took 7 round trips: 400,200 bytes ÷ 65,535
+//! per trip); tonic's default moved the catalog 22× faster; the adaptive
+//! window started at 65,535 and grew to 3.8 MB, too late to beat the
+//! default on a 5 MB answer; and 4 fetches went 3.5× faster on 4 channels
+//! than on 1, where they shared one 64 KiB connection window.
 
 use std::{future::Future, process::ExitCode, time::Duration};
 
@@ -70,8 +77,9 @@ struct Args {
     #[command(flatten)]
     baseline: Baseline,
 
-    /// Routes the 64 KiB-window fetch asks for (about 200 kB each). At
-    /// 400 ms a round trip, each takes about 1.3 s.
+    /// Routes the 64 KiB-window fetch asks for (200 kB each). At 400 ms a
+    /// round trip each takes about 1.3 s, so above 6 the fetch runs into the
+    /// 10 s call deadline (`--call-timeout-secs`).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=25))]
     small_routes: u32,
 
