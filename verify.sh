@@ -463,7 +463,7 @@ note "ghz GetQuote (-c $GHZ_CONCURRENCY -n $GHZ_TOTAL)" "$rps rps, p50 $p50_ms m
 # ─── 10d. The flow-control window on a long link ─────────────────────────────
 # window-client's phases run at once, each on its own emulated longhaul link.
 capture window client_ window-client
-small_s=$(field window .small.s)
+small_s=$(field window '.small.s * 100 | round / 100')
 floor_s=$(field window '.small.bytes * 8 / (.small.window_ceiling_mbit_s * 1e6) * 1000 | round / 1000')
 speedup=$(field window '.tonic_default.mbit_s / .small.mbit_s * 10 | round / 10')
 check "10d 64 KiB window vs tonic's default" \

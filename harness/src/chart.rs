@@ -155,7 +155,10 @@ fn catalog_by_link(
                 .map(|(i, b)| {
                     let x = i as f64;
                     PathElement::new(
-                        [(x - 0.42, b.identity_floor_s), (x + 0.02, b.identity_floor_s)],
+                        [
+                            (x - 0.42, b.identity_floor_s),
+                            (x + 0.02, b.identity_floor_s),
+                        ],
                         BLACK.stroke_width(3),
                     )
                 }),
@@ -168,8 +171,16 @@ fn catalog_by_link(
     chart.draw_series(bars.iter().enumerate().flat_map(|(i, b)| {
         let x = i as f64;
         [
-            Text::new(seconds_label(b.identity_s), (x - 0.2, b.identity_s * 1.08), value_style.clone()),
-            Text::new(seconds_label(b.gzip_s), (x + 0.2, b.gzip_s * 1.08), value_style.clone()),
+            Text::new(
+                seconds_label(b.identity_s),
+                (x - 0.2, b.identity_s * 1.08),
+                value_style.clone(),
+            ),
+            Text::new(
+                seconds_label(b.gzip_s),
+                (x + 0.2, b.gzip_s * 1.08),
+                value_style.clone(),
+            ),
         ]
     }))?;
     chart
@@ -211,14 +222,14 @@ fn window_sweep(
         s.fixed
             .iter()
             .map(|p| p.mbit_s)
-            .chain([s.adaptive_mbit_s, s.tonic_default_mbit_s, s.rate_mbit_s])
+            .chain([s.adaptive_mbit_s, s.tonic_default_mbit_s])
             .chain(s.fixed.iter().map(|p| s.ceiling_mbit_s(p.window_bytes)))
     });
     let (y_low, y_high) = log_range(rates);
     let mut chart = ChartBuilder::on(root)
         .caption(
-            "Throughput against the client's receive window",
-            (FONT, 22),
+            "Throughput against the client's receive window (fetches of up to 5.0 MB)",
+            (FONT, 20),
         )
         .margin(16)
         .x_label_area_size(45)
@@ -274,7 +285,10 @@ fn window_sweep(
         chart.draw_series(DashedLineSeries::new(ceiling, 6, 4, colour.stroke_width(1)))?;
         // The adaptive window: a dotted horizontal line across the sweep.
         chart.draw_series(DashedLineSeries::new(
-            [(kib(first as u64), sweep.adaptive_mbit_s), (kib(last as u64), sweep.adaptive_mbit_s)],
+            [
+                (kib(first as u64), sweep.adaptive_mbit_s),
+                (kib(last as u64), sweep.adaptive_mbit_s),
+            ],
             2,
             4,
             colour.stroke_width(2),
@@ -310,7 +324,7 @@ fn window_sweep(
         .legend(|(x, y)| Cross::new((x + 10, y), 5, BLACK.stroke_width(2)));
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperLeft)
         .label_font((FONT, 14))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
@@ -372,13 +386,20 @@ mod tests {
     fn bars() -> Vec<CatalogBar> {
         ["local", "lan", "wan", "longhaul"]
             .iter()
-            .zip([(0.015, 0.02, 0.0), (0.45, 0.03, 0.404), (2.1, 0.09, 2.06), (1.4, 0.45, 0.44)])
-            .map(|(link, (identity_s, gzip_s, identity_floor_s))| CatalogBar {
-                link: (*link).into(),
-                identity_s,
-                gzip_s,
-                identity_floor_s,
-            })
+            .zip([
+                (0.015, 0.02, 0.0),
+                (0.45, 0.03, 0.404),
+                (2.1, 0.09, 2.06),
+                (1.4, 0.45, 0.44),
+            ])
+            .map(
+                |(link, (identity_s, gzip_s, identity_floor_s))| CatalogBar {
+                    link: (*link).into(),
+                    identity_s,
+                    gzip_s,
+                    identity_floor_s,
+                },
+            )
             .collect()
     }
 
@@ -389,8 +410,13 @@ mod tests {
         let mut svg = String::new();
         draw_catalog_by_link(&bars(), &mut svg).expect("draws");
 
-        for text in ["local", "lan", "wan", "longhaul", "15 ms", "2.1 s", "450 ms", "gzip"] {
-            assert!(svg.contains(&format!(">{text}<")) || svg.contains(text), "{text} missing");
+        for text in [
+            "local", "lan", "wan", "longhaul", "15 ms", "2.1 s", "450 ms", "gzip",
+        ] {
+            assert!(
+                svg.contains(&format!(">{text}<")) || svg.contains(text),
+                "{text} missing"
+            );
         }
         assert!(svg.starts_with("<svg"), "{}", &svg[..40.min(svg.len())]);
         // 8 bars, 2 legend swatches, the background and the plot area.
@@ -436,7 +462,12 @@ mod tests {
         let mut svg = String::new();
         draw_window_sweep(&[sweep], &mut svg).expect("draws");
 
-        for text in ["64 KiB", "1 MiB", "longhaul: 400 ms RTT, 1000 Mbit/s", "adaptive: 20 Mbit/s"] {
+        for text in [
+            "64 KiB",
+            "1 MiB",
+            "longhaul: 400 ms RTT, 1000 Mbit/s",
+            "adaptive: 20 Mbit/s",
+        ] {
             assert!(svg.contains(text), "{text} missing");
         }
         assert_eq!(svg.matches("<circle").count(), 4, "one dot per window");

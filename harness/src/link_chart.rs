@@ -108,9 +108,27 @@ pub async fn measure(target: LoopbackTarget, runs: usize) -> Result<Measured, Er
             measured.lines.push(line.clone());
             line
         };
-        let identity = repeat(runs, || fetch(target, link, ReceiveWindow::TonicDefault, FULL_CATALOG_ROUTES, false)).await?;
+        let identity = repeat(runs, || {
+            fetch(
+                target,
+                link,
+                ReceiveWindow::TonicDefault,
+                FULL_CATALOG_ROUTES,
+                false,
+            )
+        })
+        .await?;
         let identity = point("identity", identity);
-        let gzip = repeat(runs, || fetch(target, link, ReceiveWindow::TonicDefault, FULL_CATALOG_ROUTES, true)).await?;
+        let gzip = repeat(runs, || {
+            fetch(
+                target,
+                link,
+                ReceiveWindow::TonicDefault,
+                FULL_CATALOG_ROUTES,
+                true,
+            )
+        })
+        .await?;
         let gzip = point("gzip", gzip);
         measured.bars.push(CatalogBar {
             link: preset_name(preset),
@@ -148,11 +166,19 @@ pub async fn measure(target: LoopbackTarget, runs: usize) -> Result<Measured, Er
             measured.lines.push(line);
         }
         for choice in [ReceiveWindow::Adaptive, ReceiveWindow::TonicDefault] {
-            let samples =
-                repeat(runs, || fetch(target, link, choice, FULL_CATALOG_ROUTES, false)).await?;
+            let samples = repeat(runs, || {
+                fetch(target, link, choice, FULL_CATALOG_ROUTES, false)
+            })
+            .await?;
             let ceiling = match choice {
                 ReceiveWindow::TonicDefault => ceiling_mbit(HYPER_STREAM_WINDOW.into()),
-                _ => ceiling_mbit(samples.iter().map(|s| u64::from(s.grown_stream_window)).max().unwrap_or(0)),
+                _ => ceiling_mbit(
+                    samples
+                        .iter()
+                        .map(|s| u64::from(s.grown_stream_window))
+                        .max()
+                        .unwrap_or(0),
+                ),
             };
             let line = plotted("window-sweep", preset, choice.label(), &samples, ceiling);
             match choice {
@@ -228,6 +254,7 @@ fn plotted(
 ) -> PlottedLine {
     let runs_s: Vec<f64> = samples.iter().map(|s| s.seconds).collect();
     let median_s = median(&runs_s);
+    tracing::info!(figure, ?link, %series, ?runs_s, "measured");
     let first = samples.first().copied().unwrap_or(Sample {
         routes: 0,
         seconds: 0.0,
@@ -251,7 +278,11 @@ fn plotted(
         median_s,
         mbit_s,
         physics: (physics * 1e4).round() / 1e4,
-        grown_stream_window: samples.iter().map(|s| s.grown_stream_window).max().unwrap_or(0),
+        grown_stream_window: samples
+            .iter()
+            .map(|s| s.grown_stream_window)
+            .max()
+            .unwrap_or(0),
     }
 }
 
@@ -277,8 +308,9 @@ fn preset_name(preset: Preset) -> String {
 /// The whole run's worst case, for `--max-secs`' default: a sweep point takes
 /// about [`SWEEP_FETCH_S`] plus a few round trips.
 pub fn expected_duration(runs: usize) -> Duration {
-    let per_run = SWEEP_LINKS.len() as f64 * (SWEEP_WINDOWS.len() as f64 + 2.0) * (SWEEP_FETCH_S + 1.0)
-        + CATALOG_LINKS.len() as f64 * 2.0 * 3.0;
+    let per_run =
+        SWEEP_LINKS.len() as f64 * (SWEEP_WINDOWS.len() as f64 + 2.0) * (SWEEP_FETCH_S + 1.0)
+            + CATALOG_LINKS.len() as f64 * 2.0 * 3.0;
     Duration::from_secs_f64(per_run * runs as f64)
 }
 
