@@ -20,6 +20,7 @@
 //!   every number a client prints was measured.
 //! - [`link`]: an emulated network link (delay, rate, queue, NAT idle
 //!   timeout) that wraps a connection, with grpc-go's presets.
+//! - [`link_proxy`]: `routing-link`'s core, a TCP proxy through one link.
 //! - [`relay`]: a loopback TCP relay that can go silent, to play a dead peer.
 //! - [`output`]: one JSON line on stdout, diagnostics on stderr.
 //! - [`timing`]: the total of a run of calls and the median call.
@@ -29,6 +30,7 @@
 pub mod baseline;
 pub mod catalog;
 pub mod link;
+pub mod link_proxy;
 pub mod output;
 pub mod relay;
 pub mod target;
@@ -38,7 +40,7 @@ pub mod wire;
 
 pub use baseline::{Baseline, rpc_error, sample_quote_request};
 pub use link::{Link, LinkArgs, LinkReport, Preset, SharedLink};
-pub use output::{finish, init_tracing, seconds};
+pub use output::{finish, init_tracing, init_tracing_at, seconds};
 pub use relay::SilentRelay;
 pub use timing::{CallTimer, Timings};
 pub use windows::WindowsGranted;

@@ -197,7 +197,7 @@ impl Preset {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct LinkArgs {
     /// Emulated link between this process and the server.
-    #[arg(long = "link", value_enum, default_value_t = Preset::Local)]
+    #[arg(long = "link", visible_alias = "preset", value_enum, default_value_t = Preset::Local)]
     pub preset: Preset,
     /// Round-trip time of the link in milliseconds (half of it each way);
     /// overrides the preset's.
@@ -252,8 +252,7 @@ impl LinkArgs {
             return None;
         }
         Some(LinkReport {
-            // Explicit settings that change the preset leave only the numbers.
-            preset: (link == self.preset.link()).then_some(self.preset),
+            preset: (self.preset != Preset::Local).then_some(self.preset),
             rtt_ms: link.rtt().as_secs_f64() * 1e3,
             mbit: link.rate_bit_s.map(|rate| rate as f64 / 1e6),
             queue_kib: (link.queue_bytes / 1024) as u64,
@@ -265,8 +264,8 @@ impl LinkArgs {
 /// The link as a client reports it: `{"preset":"wan","rtt_ms":60.0,"mbit":20.0,"queue_kib":64}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LinkReport {
-    /// The preset, when the settings are exactly a preset's; absent when
-    /// explicit settings changed it.
+    /// The preset the settings started from; absent for `local` (explicit
+    /// settings only). The numbers after it are what the link does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preset: Option<Preset>,
     /// Round trip, in milliseconds.
@@ -340,9 +339,10 @@ impl SharedLink {
     /// Routes `inner` through the link, both ways, from now on. `inner` is
     /// the far side (the server); the returned stream is the near side.
     ///
-    /// Two tasks per direction's worth of work run on the current tokio
-    /// runtime; they end when the connection closes, or when the returned
-    /// stream is dropped.
+    /// Two tasks, one per direction, run on the current tokio runtime; they
+    /// end when the connection closes, or when the returned stream is
+    /// dropped. A forgotten flow still passes a close on: the model drops
+    /// bytes, not the end of the connection.
     pub fn wrap<S>(&self, inner: S) -> LinkedStream
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
@@ -652,8 +652,9 @@ mod tests {
         );
     }
 
-    /// Explicit flags override the preset, and the report then names only
-    /// the numbers; without any, there is nothing to report.
+    /// Explicit flags override the preset, and the report gives the numbers
+    /// in effect after the preset's name; without a link, there is nothing
+    /// to report.
     #[test]
     fn flags_override_the_preset_and_the_report_says_so() {
         let wan = LinkArgs {
@@ -677,8 +678,18 @@ mod tests {
         assert_eq!(link.rate_bit_s, Some(1_500_000));
         assert_eq!(link.nat_idle, Some(Duration::from_secs(6)));
         let report = natted.report().expect("a link");
-        assert_eq!((report.preset, report.nat_idle_s), (None, Some(6)));
+        assert_eq!((report.preset, report.mbit), (Some(Preset::Wan), Some(1.5)));
+        assert_eq!(report.nat_idle_s, Some(6));
 
+        let explicit = LinkArgs {
+            rtt_ms: Some(100),
+            ..LinkArgs::default()
+        };
+        let report = explicit.report().expect("a link");
+        assert_eq!(
+            (report.preset, report.rtt_ms, report.mbit),
+            (None, 100.0, None)
+        );
         assert_eq!(LinkArgs::default().report(), None);
     }
 

@@ -10,6 +10,14 @@
 //!
 //! `connections` is counted on the wire. Compare `median_call_s`, what one
 //! call costs, and `total_s` with `footgun-client`.
+//!
+//! Over the emulated `wan` link (20 Mbit/s, 60 ms round trip, see
+//! `routing_clients::link`), a call on the open channel costs one round trip:
+//!
+//! ```console
+//! $ cargo run --release -p routing-clients --bin pooled-client -- --calls 50 --link wan
+//! {"client":"pooled","link":{"preset":"wan","rtt_ms":60.0,"mbit":20.0,"queue_kib":64},"calls":50,"connections":1,"total_s":3.282552,"median_call_s":0.062836,"median_call_rtts":1.05}
+//! ```
 
 use std::{process::ExitCode, time::Instant};
 
@@ -74,6 +82,6 @@ async fn run(args: Args) -> Result<Report, Error> {
         link: args.baseline.link_report(),
         calls: args.calls,
         connections: wire.snapshot().connections,
-        timings: timer.finish(),
+        timings: timer.finish(args.baseline.link().rtt()),
     })
 }
