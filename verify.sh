@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # verify.sh: brings the chapter's stack up, asserts every claim of the chapter
-# with real grpcurl, ghz and the four clients, prints PASS, and tears it down.
+# with real grpcurl, ghz and the five clients, prints PASS, and tears it down.
 # Run ./verify.sh --help for the modes and every override.
 # jq programs use $variables inside single quotes on purpose:
 # shellcheck disable=SC2016
@@ -23,6 +23,10 @@ POOLED_MAX_RTTS=${POOLED_MAX_RTTS:-1.5}   # pooled median call <= this many RTTs
 GZIP_LINK_MAX_FRACTION=${GZIP_LINK_MAX_FRACTION:-0.5} # gzip fetch < this x (identity bytes ÷ rate): its 7 KB take 0.003 s + 1 RTT + CPU, identity's 5.0 MB take 2.0 s
 NAT_IDLE_SECS=${NAT_IDLE_SECS:-6}         # the NAT forgets a flow idle this long: above the 5 s keepalive, below the 8 s gap
 NAT_ABANDON_SECS=${NAT_ABANDON_SECS:-3}   # the call after the gap is abandoned after this (s): 50 RTTs, no answer is merely slow
+# window-client on longhaul (400 ms round trip). Physics: a receive window W lets
+# at most W bytes be in flight per round trip, so throughput <= W ÷ RTT.
+WINDOW_FLOOR_MARGIN=${WINDOW_FLOOR_MARGIN:-0.9} # 64 KiB fetch time >= bytes ÷ (65,535 B ÷ RTT) x this
+WINDOW_SPEEDUP=${WINDOW_SPEEDUP:-5}       # tonic-default Mbit/s > 64 KiB Mbit/s x this (ceilings: 2 MiB ÷ 64 KiB = 32x)
 
 # ─── Workload ────────────────────────────────────────────────────────────────
 CALLS=${CALLS:-50}                        # GetQuote calls per footgun/pooled run
@@ -51,7 +55,7 @@ usage() {
   cat <<EOF
 Usage: ./verify.sh [--local] [--no-build] [--help]
 
-Brings the stack up, runs grpcurl, ghz and the four clients against it,
+Brings the stack up, runs grpcurl, ghz and the five clients against it,
 asserts the chapter's claims, prints PASS (exit 0) or the failed assertion
 with its evidence (exit 1), and tears everything down. Exit 2: bad usage, a
 missing host tool, no container engine, a tool that cannot run, or a stack
@@ -269,7 +273,7 @@ if [[ $mode == local ]]; then
   target_dir=$(timeout 60 cargo metadata --format-version 1 --no-deps | jq -r .target_directory) ||
     die "cannot ask cargo for its target directory (cargo metadata failed)"
   bin_dir=$target_dir/release
-  for bin in routing-server footgun-client pooled-client gzip-client keepalive-client; do
+  for bin in routing-server footgun-client pooled-client gzip-client keepalive-client window-client; do
     if [[ ! -x $bin_dir/$bin ]]; then
       [[ $build == no ]] && die "$bin_dir/$bin is missing: run without --no-build"
       die "$bin_dir/$bin is missing after cargo build"
@@ -546,7 +550,24 @@ check "10d NAT ${NAT_IDLE_SECS}s: keepalive / none / server" "${got:-exit $rc}" 
 note "PINGs in the ${IDLE_SECS}s NAT gap, 3 channels" \
   "$(field nat '"\(.nat_keepalive_pings_sent) sent / \(.nat_no_keepalive_pings) / \(.nat_server_keepalive_pings_received) received"')"
 
-# (10e, the flow-control window on a link, goes here.)
+# 10e. The flow-control window on a long link: window-client's phases run at
+# once, each on its own emulated longhaul link (400 ms RTT), whatever $LINK is.
+capture window client_ window-client
+small_s=$(field window '.small.s * 100 | round / 100')
+window_floor_s=$(field window '.small.bytes * 8 / (.small.window_ceiling_mbit_s * 1e6) * 1000 | round / 1000')
+speedup=$(field window '.tonic_default.mbit_s / .small.mbit_s * 10 | round / 10')
+check "10e 64 KiB window vs tonic's default" \
+  "${small_s:-exit $rc} s (floor ${window_floor_s:-?} s), default x${speedup:-?}" \
+  ">= floor x$WINDOW_FLOOR_MARGIN, > x$WINDOW_SPEEDUP" \
+  "$(jq -r --argjson m "$WINDOW_FLOOR_MARGIN" --argjson k "$WINDOW_SPEEDUP" \
+    '.small.s >= .small.bytes * 8 / (.small.window_ceiling_mbit_s * 1e6) * $m and .tonic_default.mbit_s > .small.mbit_s * $k' \
+    "$scratch/window.out" 2>/dev/null || true)" window
+phase() { field window "\"\(.$1.mbit_s) Mbit/s (ceiling \(.$1.window_ceiling_mbit_s)), \(.$1.bytes) B in \(.$1.s) s\""; }
+note "window 64 KiB (longhaul)" "$(phase small)"
+note "window tonic default" "$(phase tonic_default)"
+note "window adaptive (BDP)" "$(phase adaptive)"
+note "window adaptive: start -> largest" "$(field window '"\(.adaptive.stream_window) -> \(.adaptive.grown_stream_window) B"')"
+note "64 KiB: 1 channel vs N channels" "$(field window '"\(.one_channel.mbit_s) vs \(.n_channels.mbit_s) Mbit/s (\(.n_channels.channels) channels)"')"
 
 # ─── Summary ─────────────────────────────────────────────────────────────────
 printf '\nSummary (mode=%s)\n' "$mode"

@@ -11,7 +11,8 @@
 //!
 //! Both directions also pass through a [`FrameTracker`], which counts PING
 //! frames and keeps the first GOAWAY a server sends, with its error code and
-//! debug data: tonic reports neither.
+//! debug data, and follows the receive windows the client grants
+//! ([`crate::windows`]): tonic reports none of these.
 //!
 //! [`CountingConnector::with_link`] routes every connection through an
 //! emulated [`Link`](crate::link::Link). The counting sits on the client's
@@ -39,7 +40,12 @@ use tokio::{
 
 use h2_frames::{Frame, FrameTracker, GoAway, flag, kind};
 
-use crate::link::{Link, LinkedStream, SharedLink};
+use crate::{
+    link::{Link, LinkedStream, SharedLink},
+    windows::{
+        SETTINGS_KEPT_BYTES, SharedWindows, WINDOW_UPDATE_KEPT_BYTES, WindowTracker, WindowsGranted,
+    },
+};
 
 /// GOAWAY payload bytes kept: the 8 fixed bytes and up to 256 bytes of
 /// debug data, enough for any reason a server gives.
@@ -55,6 +61,7 @@ struct Counters {
     pings_received: AtomicU64,
     /// The first GOAWAY any connection received; waiters subscribe to it.
     goaway: watch::Sender<Option<GoAwayReceived>>,
+    windows: SharedWindows,
 }
 
 impl Default for Counters {
@@ -66,6 +73,7 @@ impl Default for Counters {
             pings_sent: AtomicU64::default(),
             pings_received: AtomicU64::default(),
             goaway: watch::Sender::new(None),
+            windows: SharedWindows::default(),
         }
     }
 }
@@ -150,6 +158,12 @@ impl CountingConnector {
         }
     }
 
+    /// The receive windows this connector's connections granted, read from
+    /// their SETTINGS and WINDOW_UPDATE frames, and the DATA received.
+    pub fn windows(&self) -> WindowsGranted {
+        self.counters.windows.snapshot()
+    }
+
     /// The first GOAWAY a connection of this connector received, if any yet.
     pub fn goaway(&self) -> Option<GoAwayReceived> {
         self.counters.goaway.borrow().clone()
@@ -201,8 +215,11 @@ impl tower::Service<Uri> for CountingConnector {
                 inner,
                 counters,
                 inbound: FrameTracker::server_to_client().keeping(kind::GOAWAY, GOAWAY_KEPT_BYTES),
-                outbound: FrameTracker::client_to_server(),
+                outbound: FrameTracker::client_to_server()
+                    .keeping(kind::SETTINGS, SETTINGS_KEPT_BYTES)
+                    .keeping(kind::WINDOW_UPDATE, WINDOW_UPDATE_KEPT_BYTES),
                 pings_sent: 0,
+                windows: WindowTracker::default(),
             }))
         })
     }
@@ -218,6 +235,7 @@ pub struct CountingStream {
     outbound: FrameTracker,
     /// PINGs this connection has written, for the GOAWAY record.
     pings_sent: u64,
+    windows: WindowTracker,
 }
 
 /// What a counted connection runs on: the TCP stream itself, or the near
@@ -299,9 +317,10 @@ impl AsyncRead for CountingStream {
             .bytes_read
             .fetch_add(read.len() as u64, Ordering::Relaxed);
         let this = &mut *self;
-        let (counters, pings_sent) = (&this.counters, this.pings_sent);
+        let (counters, pings_sent, windows) = (&this.counters, this.pings_sent, &mut this.windows);
         this.inbound
             .feed(read, |frame: Frame<'_>| match frame.header.kind {
+                kind::DATA => windows.received(frame, &counters.windows),
                 kind::PING if !frame.header.has(flag::ACK) => {
                     counters.pings_received.fetch_add(1, Ordering::Relaxed);
                 }
@@ -376,12 +395,14 @@ impl CountingStream {
             }
             let taken = left.min(buf.len());
             left -= taken;
-            let (counters, pings_sent) = (&self.counters, &mut self.pings_sent);
+            let (counters, pings_sent, windows) =
+                (&self.counters, &mut self.pings_sent, &mut self.windows);
             self.outbound.feed(&buf[..taken], |frame: Frame<'_>| {
                 if frame.header.kind == kind::PING && !frame.header.has(flag::ACK) {
                     *pings_sent += 1;
                     counters.pings_sent.fetch_add(1, Ordering::Relaxed);
                 }
+                windows.sent(frame, &counters.windows);
             });
         }
     }
