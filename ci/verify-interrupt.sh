@@ -22,6 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+VERIFY=${VERIFY:-./verify.sh}         # the script under test (relative to the repository root)
 MARK_TIMEOUT_S=${MARK_TIMEOUT_S:-120} # the point must be reached within this
 EXIT_TIMEOUT_S=${EXIT_TIMEOUT_S:-40}  # verify.sh must exit within this of the signal (the server drains up to 10 s)
 
@@ -48,7 +49,7 @@ point() {
   shift 3
   # env resets SIGINT to its default: a background job of a script starts
   # with it ignored, and bash cannot trap a signal ignored on entry.
-  env --default-signal=INT "$@" setsid ./verify.sh --local --no-build >"$log" 2>&1 &
+  env --default-signal=INT "$@" setsid "$VERIFY" --local --no-build >"$log" 2>&1 &
   running=$!
   local deadline=$((SECONDS + MARK_TIMEOUT_S))
   until grep -qE "$mark" "$log"; do
