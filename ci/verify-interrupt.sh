@@ -52,7 +52,7 @@ point() {
   env --default-signal=INT "$@" setsid "$VERIFY" --local --no-build >"$log" 2>&1 &
   running=$!
   local deadline=$((SECONDS + MARK_TIMEOUT_S))
-  until grep -qE "$mark" "$log"; do
+  until grep -qsE "$mark" "$log"; do
     if ((SECONDS >= deadline)) || ! kill -0 "$running" 2>/dev/null; then
       printf 'FAIL %-10s never reached /%s/ (log below)\n' "$name" "$mark"
       cat "$log"
