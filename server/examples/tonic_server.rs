@@ -18,7 +18,7 @@
 //! or SIGTERM, then drains for up to 10 s. Logs go to stderr, for example:
 //!
 //! ```text
-//! 2026-12-01T10:02:11.419311Z  INFO tonic_server: stock tonic serving shipping.routing.v1.RoutingService local_addr=127.0.0.1:9181
+//! 2026-12-01T10:03:15.370984Z  INFO tonic_server: stock tonic serving shipping.routing.v1.RoutingService local_addr=127.0.0.1:9181
 //! ```
 
 use std::{future::Future, io::IsTerminal, net::SocketAddr, process::ExitCode, sync::Arc};
