@@ -121,8 +121,9 @@ need mktemp "coreutils"
 no_engine_hint="or run without containers: ./verify.sh --local (cargo, grpcurl and ghz on PATH), or with Podman: COMPOSE=podman-compose ./verify.sh"
 if [[ $mode == local ]]; then
   need cargo "https://rustup.rs"
-  need grpcurl "CGO_ENABLED=0 go install -ldflags '-X main.version=v1.9.3' github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
-  need ghz "CGO_ENABLED=0 go install -ldflags '-X main.version=v0.121.0' github.com/bojand/ghz/cmd/ghz@v0.121.0"
+  go_path_hint='then put the directory go installs into on PATH: export PATH="$(go env GOPATH)/bin:$PATH"'
+  need grpcurl "CGO_ENABLED=0 go install -ldflags '-X main.version=v1.9.3' github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3, $go_path_hint"
+  need ghz "CGO_ENABLED=0 go install -ldflags '-X main.version=v0.121.0' github.com/bojand/ghz/cmd/ghz@v0.121.0, $go_path_hint"
 elif [[ ${compose[0]} == podman-compose ]]; then
   need podman "apt-get install podman | dnf install podman"
   need podman-compose "pipx install podman-compose (on Debian 12 and other PEP 668 systems plain pip install is refused)"
@@ -165,32 +166,65 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+
+# ─── Ctrl+C ──────────────────────────────────────────────────────────────────
+# Every long command runs through `bounded`: under `timeout`, in the
+# background, while the script `wait`s for it. Two reasons. bash runs a trap
+# only once a foreground command has finished, and `timeout` puts its tool in
+# a process group of its own, which the terminal's Ctrl+C never reaches: a
+# foreground tool would keep running against a server that is already
+# draining, and fail an assertion. `wait` returns at once when a trapped
+# signal arrives, so the trap below stops the tool's group and exits 130
+# (143 for SIGTERM) before any assertion can run; cleanup does the rest.
+tool_pid=
+bounded() { # bounded SECONDS CMD...: CMD under `timeout SECONDS`, interruptible
+  local secs=$1 status=0
+  shift
+  timeout "$secs" "$@" &
+  tool_pid=$!
+  wait "$tool_pid" || status=$?
+  tool_pid=
+  return "$status"
+}
+interrupted() { # interrupted EXIT_CODE
+  trap '' INT TERM # a second Ctrl+C must not cut the clean-up short
+  if [[ -n $tool_pid ]]; then
+    # timeout leads its own process group (its pid is the group's id): TERM
+    # reaches it and the tool. It may not have made the group yet, hence both.
+    kill -TERM -- "-$tool_pid" 2>/dev/null || kill -TERM "$tool_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$tool_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$tool_pid" 2>/dev/null || true
+    wait "$tool_pid" 2>/dev/null || true
+  fi
+  say "verify.sh: interrupted, stopping"
+  exit "$1"
+}
+trap 'interrupted 130' INT
+trap 'interrupted 143' TERM
 
 # ─── Launchers: the only place local and compose differ ───────────────────
-# Each runs one tool under `timeout`. Inside compose the server is server:9000.
+# Each runs one tool through `bounded`. Inside compose the server is server:9000.
 grpcurl_() {
   if [[ $mode == local ]]; then
-    timeout "$TOOL_TIMEOUT_S" grpcurl "$@"
+    bounded "$TOOL_TIMEOUT_S" grpcurl "$@"
   else
-    timeout "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T grpcurl "$@"
+    bounded "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T grpcurl "$@"
   fi
 }
 ghz_() {
   if [[ $mode == local ]]; then
-    timeout "$TOOL_TIMEOUT_S" ghz "$@"
+    bounded "$TOOL_TIMEOUT_S" ghz "$@"
   else
-    timeout "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T ghz "$@"
+    bounded "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T ghz "$@"
   fi
 }
 client_() { # client_ BIN ARGS...
   local bin=$1
   shift
   if [[ $mode == local ]]; then
-    timeout "$TOOL_TIMEOUT_S" "$bin_dir/$bin" --target "$target" "$@"
+    bounded "$TOOL_TIMEOUT_S" "$bin_dir/$bin" --target "$target" "$@"
   else
-    timeout "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T clients "$bin" --target "$target" "$@"
+    bounded "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T clients "$bin" --target "$target" "$@"
   fi
 }
 
@@ -266,7 +300,7 @@ note() { summary+=("$(layout 36 "$1" "$2")"); }
 if [[ $mode == local ]]; then
   if [[ $build == yes ]]; then
     say "building: cargo build --release --locked -p routing-server -p routing-clients"
-    timeout "$BUILD_TIMEOUT_S" cargo build --release --locked -p routing-server -p routing-clients >&2
+    bounded "$BUILD_TIMEOUT_S" cargo build --release --locked -p routing-server -p routing-clients >&2
   fi
   # Where cargo puts the binaries: target/ unless CARGO_TARGET_DIR or a
   # config file says otherwise.
@@ -294,11 +328,11 @@ else
   export ROUTING_PORT
   if [[ $build == yes ]]; then
     say "building: $COMPOSE build server"
-    timeout "$BUILD_TIMEOUT_S" "${compose[@]}" build server >&2
+    bounded "$BUILD_TIMEOUT_S" "${compose[@]}" build server >&2
   fi
   say "starting: $COMPOSE up -d server"
   compose_up=yes
-  timeout 300 "${compose[@]}" up -d --no-build server >"$scratch/up.log" 2>&1 ||
+  bounded 300 "${compose[@]}" up -d --no-build server >"$scratch/up.log" 2>&1 ||
     { cat "$scratch/up.log" >&2; die "'$COMPOSE up' failed (is port $ROUTING_PORT free? set ROUTING_PORT)"; }
   target=server:9000
   proto_dir=/proto

@@ -476,14 +476,16 @@ fn rows(knobs: &BenchKnobs, all: &[Measurements]) -> Vec<Row> {
     rows
 }
 
-/// The table as text: one column per server, and `ratio` (first ÷ second)
-/// when there are two.
+/// The table as text: one column per server, then the first server ÷ each
+/// of the others: `ratio` when there are two, `÷ 2`, `÷ 3`, ... when more.
 pub fn table(servers: &[Server], knobs: &BenchKnobs, all: &[Measurements]) -> String {
     let rows = rows(knobs, all);
     let mut header = vec!["measurement".to_string()];
     header.extend(servers.iter().map(|s| s.target.to_string()));
-    if servers.len() == 2 {
-        header.push("ratio".into());
+    match servers.len() {
+        0 | 1 => {}
+        2 => header.push("ratio".into()),
+        n => header.extend((2..=n).map(|column| format!("÷ {column}"))),
     }
     let mut cells: Vec<Vec<String>> = vec![header];
     for row in rows {
@@ -492,15 +494,12 @@ pub fn table(servers: &[Server], knobs: &BenchKnobs, all: &[Measurements]) -> St
             Some(v) => format!("{v:.*}", row.precision),
             None => "n/a".into(),
         }));
-        if let ([Some(a), Some(b)], true) = (&row.values[..], row.ratio) {
-            let (a, b) = (*a, *b);
-            line.push(if b > 0.0 {
-                format!("{:.2}×", a / b)
-            } else {
-                "-".into()
+        let first = row.values.first().copied().flatten();
+        for other in row.values.iter().skip(1) {
+            line.push(match (first, other, row.ratio) {
+                (Some(a), Some(b), true) if *b > 0.0 => format!("{:.2}×", a / b),
+                _ => "-".into(),
             });
-        } else if servers.len() == 2 {
-            line.push("-".into());
         }
         cells.push(line);
     }
@@ -589,6 +588,45 @@ mod tests {
             .expect("RSS row");
         assert!(rss.contains("n/a") && rss.ends_with('-'), "{rss}");
         assert!(text.lines().next().is_some_and(|h| h.contains("ratio")));
+    }
+
+    /// Given three servers, there is one ratio column per compared server,
+    /// each the first server ÷ that one.
+    #[test]
+    fn three_servers_get_a_ratio_column_each() {
+        // Given CPU per call of 8, 16 and 32 µs.
+        let quote = |cpu| Measurements {
+            quote: vec![RunResult {
+                cpu_per_call: Some(cpu),
+                ..RunResult::default()
+            }],
+            ..Measurements::default()
+        };
+        let servers = [
+            server("127.0.0.1:1"),
+            server("127.0.0.1:2"),
+            server("127.0.0.1:3"),
+        ];
+        // When the table is drawn.
+        let text = table(
+            &servers,
+            &knobs(),
+            &[quote(8e-6), quote(16e-6), quote(32e-6)],
+        );
+        // Then the header names both ratios and the row holds 0.50× and 0.25×.
+        let header = text.lines().next().expect("header");
+        assert!(header.contains("÷ 2") && header.contains("÷ 3"), "{header}");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("GetQuote -c 50 on 1 conn: server CPU per call"))
+            .expect("CPU row");
+        assert!(line.ends_with("0.50×  0.25×"), "{line}");
+        let errors = text
+            .lines()
+            .find(|l| l.starts_with("errors"))
+            .expect("errors row");
+        let cells: Vec<&str> = errors.split_whitespace().collect();
+        assert!(cells.ends_with(&["-", "-"]), "{errors}");
     }
 
     #[test]

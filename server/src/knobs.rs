@@ -217,8 +217,8 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// environment variable so readers can experiment without recompiling.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Config {
-    /// Address to listen on.
-    #[arg(long, env = "ROUTING_LISTEN", default_value = DEFAULT_LISTEN)]
+    /// Address to listen on, as host:port (127.0.0.1:9180, 0.0.0.0:9000, localhost:9180).
+    #[arg(long, env = "ROUTING_LISTEN", default_value = DEFAULT_LISTEN, value_parser = listen_address)]
     pub listen: std::net::SocketAddr,
 
     /// Largest response message the server encodes, in bytes (send cap).
@@ -316,6 +316,25 @@ fn at_least_one_second(text: &str) -> Result<u64, String> {
     }
 }
 
+/// Parses the address to listen on: `host:port`, where the host may be a
+/// name (`localhost:9180`, as the clients' `--target` takes); a name is
+/// resolved once, and the first address it resolves to is used.
+pub fn listen_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let hint = "expected host:port, e.g. 127.0.0.1:9180, 0.0.0.0:9180 or localhost:9180";
+    let text = text.trim();
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let addrs = text
+        .to_socket_addrs()
+        .map_err(|e| format!("{text:?}: {e}; {hint}"))?;
+    addrs
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{text:?} resolves to no address; {hint}"))
+}
+
 /// Parses a thread count of at least 1.
 fn at_least_one_thread(text: &str) -> Result<usize, String> {
     match text.trim().parse::<usize>() {
@@ -411,5 +430,23 @@ mod tests {
             Err("must be at least 1 thread".into())
         );
         assert_eq!(at_least_one_thread("4"), Ok(4));
+    }
+
+    /// `--listen` takes what `--target` takes: an address, or a host name
+    /// with a port; anything else is refused with an example.
+    #[test]
+    fn listen_takes_host_names_and_explains_bad_input() {
+        // Given an address or a name, then it is the socket address to bind.
+        assert_eq!(
+            listen_address("0.0.0.0:9000"),
+            Ok("0.0.0.0:9000".parse().expect("address"))
+        );
+        let local = listen_address("localhost:9180").expect("localhost resolves");
+        assert!(local.ip().is_loopback() && local.port() == 9180, "{local}");
+        // Given no port or a port out of range, then the error shows the form.
+        for bad in ["localhost", "127.0.0.1", ":9180", "localhost:99999"] {
+            let err = listen_address(bad).expect_err(bad);
+            assert!(err.contains("e.g. 127.0.0.1:9180"), "{bad}: {err}");
+        }
     }
 }

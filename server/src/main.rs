@@ -16,7 +16,6 @@ use std::{io::IsTerminal, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
 use routing_server::{Config, probe::probe, shutdown};
-use tokio::net::TcpListener;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tracing_subscriber::EnvFilter;
 
@@ -33,9 +32,9 @@ struct Cli {
 enum Command {
     /// Check the server's gRPC health; exit 0 only when it is SERVING.
     Probe {
-        /// Server to check, as host:port.
-        #[arg(long, env = "ROUTING_PROBE_ADDR", default_value = routing_server::knobs::DEFAULT_LISTEN)]
-        addr: String,
+        /// Server to check, as host:port (`--addr` is accepted too).
+        #[arg(long, visible_alias = "addr", env = "ROUTING_PROBE_ADDR", default_value = routing_server::knobs::DEFAULT_LISTEN)]
+        target: String,
         /// Seconds to wait for the answer.
         #[arg(long, default_value_t = 3)]
         timeout_secs: u64,
@@ -80,17 +79,18 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> ExitCode {
     let outcome = match cli.command {
-        Some(Command::Probe { addr, timeout_secs }) => {
-            probe(&addr, Duration::from_secs(timeout_secs))
-                .await
-                .and_then(|status| {
-                    tracing::info!(%addr, ?status, "health");
-                    match status {
-                        ServingStatus::Serving => Ok(()),
-                        other => Err(format!("{addr} is {}", other.as_str_name()).into()),
-                    }
-                })
-        }
+        Some(Command::Probe {
+            target,
+            timeout_secs,
+        }) => probe(&target, Duration::from_secs(timeout_secs))
+            .await
+            .and_then(|status| {
+                tracing::info!(%target, ?status, "health");
+                match status {
+                    ServingStatus::Serving => Ok(()),
+                    other => Err(format!("{target} is {}", other.as_str_name()).into()),
+                }
+            }),
         None => serve(cli.config).await,
     };
     match outcome {
@@ -103,8 +103,6 @@ async fn run(cli: Cli) -> ExitCode {
 }
 
 async fn serve(config: Config) -> Result<(), routing_server::server::Error> {
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let listener = routing_server::server::bind(config.listen).await?;
     routing_server::run(listener, config, shutdown::signal()).await
 }

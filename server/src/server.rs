@@ -346,6 +346,19 @@ where
     }
 }
 
+/// Binds the listening socket. When the port is taken, the error says how
+/// to choose another.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            ": another process listens there; choose another address with --listen HOST:PORT or ROUTING_LISTEN"
+        } else {
+            ""
+        };
+        format!("cannot listen on {addr}: {e}{hint}").into()
+    })
+}
+
 /// A server running in the background on a free loopback port. Integration
 /// tests and examples use it; `routing-server` itself calls [`run`].
 #[derive(Debug)]

@@ -18,7 +18,9 @@
 //!
 //! It prints the table on stdout: one column per server and, with
 //! `--compare`, a `ratio` column (target ÷ compared server; below 1.00× the
-//! target uses less). Each phase runs on both servers before the next one
+//! target uses less). `--compare` may be repeated, for three servers in one
+//! run: then there is one ratio column per compared server (`÷ 2`, `÷ 3`,
+//! target ÷ the second and third columns). Each phase runs on both servers before the next one
 //! starts. GetQuote runs once per `--channels` value: on 1 connection, as
 //! `ghz -c 50` does by default, and on 10. A real run (this server on port
 //! 29581, the grpc-go peer on 29591, the 2-core test VM):
@@ -101,17 +103,19 @@ struct Args {
     #[arg(long, env = "ROUTING_TARGET", default_value = DEFAULT_TARGET)]
     target: LoopbackTarget,
 
-    /// A second server of the same contract, measured in the same run (ratios: target ÷ this).
+    /// Another server of the same contract, measured in the same run (ratio: target ÷ this).
+    /// Repeat it for a third server (e.g. the stock tonic example and the grpc-go peer):
+    /// one ratio column per compared server.
     #[arg(long)]
-    compare: Option<LoopbackTarget>,
+    compare: Vec<LoopbackTarget>,
 
     /// PID of the target server, if it is not found by its listening port.
     #[arg(long)]
     server_pid: Option<u32>,
 
-    /// PID of the compared server, likewise.
+    /// PID of each compared server, likewise, in the order of `--compare`.
     #[arg(long)]
-    compare_pid: Option<u32>,
+    compare_pid: Vec<u32>,
 
     #[command(flatten)]
     knobs: BenchKnobs,
@@ -140,10 +144,10 @@ async fn run(args: Args) -> Result<String, Error> {
         target: args.target,
         process: ServerProcess::locate(args.target.addr(), args.server_pid),
     }];
-    if let Some(other) = args.compare {
+    for (i, other) in args.compare.iter().enumerate() {
         servers.push(Server {
-            target: other,
-            process: ServerProcess::locate(other.addr(), args.compare_pid),
+            target: *other,
+            process: ServerProcess::locate(other.addr(), args.compare_pid.get(i).copied()),
         });
     }
     for server in &servers {

@@ -75,7 +75,12 @@ pub async fn client(server: &LocalServer) -> RoutingServiceClient<Channel> {
 }
 
 pub async fn channel(server: &LocalServer) -> Channel {
-    Channel::from_shared(server.url())
+    channel_at(server.url()).await
+}
+
+/// A channel to `http://HOST:PORT`, any server.
+pub async fn channel_at(url: String) -> Channel {
+    Channel::from_shared(url)
         .expect("valid url")
         .connect()
         .await
