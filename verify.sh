@@ -562,7 +562,7 @@ if [[ $mode == local ]]; then
   done
   [[ -n ${quiet_target:-} ]] || { tail -n 20 "$scratch/quiet.log" >&2; die "the quiet routing-server did not start"; }
 else
-  timeout 300 "${compose[@]}" --profile tools up -d --no-build quiet-server >"$scratch/quiet_up.log" 2>&1 ||
+  bounded 300 "${compose[@]}" --profile tools up -d --no-build quiet-server >"$scratch/quiet_up.log" 2>&1 ||
     { cat "$scratch/quiet_up.log" >&2; die "'$COMPOSE up quiet-server' failed"; }
   quiet_target=quiet-server:9000
 fi
