@@ -3,9 +3,9 @@
 //! client behind them, which the server's own tests can reuse.
 //!
 //! Two binaries sit on top:
-//! - `abuse` runs the attacks of issue 6 one by one (`stall`,
+//! - `abuse` runs the attacks of issues 6 and 14 one by one (`stall`,
 //!   `madeyoureset`, `fdflood`, `nopreface`, `slowbody`, `contenttype`,
-//!   `pingflood`) and prints one JSON line each: what the server did, its
+//!   `pingflood`, `tcpstall`, `lockout`) and prints one JSON line each: what the server did, its
 //!   peak memory, and how a well-behaved client fared meanwhile.
 //! - `bench` measures server CPU per call, latency and memory per idle
 //!   connection, for one server or two side by side.
