@@ -32,6 +32,7 @@ use tokio::{
     time::Sleep,
 };
 
+use crate::budget::Holder;
 use crate::coalesce::Coalesce;
 use crate::knobs::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, FD_HEADROOM, MAX_PING_STRIKES};
 use h2_frames::{Frame, FrameTracker, GoAway, flag, kind};
@@ -50,6 +51,53 @@ pub struct ConnectionPolicy {
     pub min_ping_interval: Option<Duration>,
     /// Whether PINGs are allowed while no call is in flight.
     pub permit_pings_without_calls: bool,
+    /// The kernel closes the connection when its sent bytes stay
+    /// unacknowledged this long, zero-window probes included
+    /// (`TCP_USER_TIMEOUT`, see [`crate::knobs::KEEPALIVE_TIMEOUT`]).
+    /// `None`: the kernel's default (about 15 minutes of retransmissions).
+    pub tcp_user_timeout: Option<Duration>,
+    /// Unsent bytes the kernel may queue for the connection
+    /// (`TCP_NOTSENT_LOWAT`, see [`crate::knobs::TCP_NOTSENT_LOWAT`]).
+    /// `None`: as many as the send buffer holds.
+    pub tcp_notsent_lowat: Option<u32>,
+}
+
+/// Puts the kernel's buffers for an accepted socket inside the server's
+/// bounds (Linux and Android; see [`ConnectionPolicy`]):
+/// - `TCP_USER_TIMEOUT`: a peer that acknowledges nothing, or keeps its
+///   receive window shut, is closed by the kernel itself, whatever requests
+///   it keeps sending. hyper's keepalive cannot do this: it counts every
+///   request as activity. grpc-go sets the same option to its keepalive
+///   timeout.
+/// - `TCP_NOTSENT_LOWAT`: the socket accepts more only while fewer unsent
+///   bytes than this are queued, so a response bigger than that stays in
+///   h2, charged to the response budget and under the send deadline, until
+///   the peer really takes it. The kernel's autotuned send buffer still
+///   grows for bytes in flight, so a fast, distant reader is not slowed.
+///
+/// Why not wait for the kernel's queue to drain (`SIOCOUTQ`, or `TCP_INFO`'s
+/// `tcpi_notsent_bytes` and `tcpi_bytes_acked`) before a response counts as
+/// sent: no safe crate reads them (socket2 0.6, rustix 1.1 and nix 0.32 do
+/// not), and this workspace forbids `unsafe`. These two options bound the
+/// same bytes: at most the low-water mark (plus what the peer's window lets
+/// fly) leaves the budget early, and never for longer than the user
+/// timeout.
+///
+/// Elsewhere (macOS, Windows) neither option is set: a stalled reader is
+/// still closed by the send deadline, but the last send buffer's worth of
+/// a response leaves the budget when the kernel takes it.
+fn bound_kernel_buffers(stream: &TcpStream, policy: &ConnectionPolicy) -> io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let socket = socket2::SockRef::from(stream);
+        socket.set_tcp_user_timeout(policy.tcp_user_timeout)?;
+        if let Some(lowat) = policy.tcp_notsent_lowat {
+            socket.set_tcp_notsent_lowat(lowat)?;
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = (stream, policy);
+    Ok(())
 }
 
 /// Raises the soft open-file limit to the hard limit, logs both, and returns
@@ -238,17 +286,21 @@ impl PingPolicy {
 }
 
 /// What a handler learns about its connection (tonic puts this in every
-/// request's extensions): the peer, and a way to close the connection.
+/// request's extensions): the peer, a way to close the connection, and its
+/// account with the response budget.
 #[derive(Debug, Clone)]
 pub struct ConnectionInfo {
     pub remote_addr: SocketAddr,
     pub closer: Closer,
+    /// What this connection's responses hold of the response budget, held
+    /// to its share (see [`crate::budget`]).
+    pub responses: Arc<Holder>,
 }
 
 /// Closes one connection from outside its task, e.g. when a response on it
 /// missed its send deadline.
 #[derive(Debug, Clone)]
-pub struct Closer(Arc<Notify>);
+pub struct Closer(pub(crate) Arc<Notify>);
 
 impl Closer {
     /// The connection fails its next read or write, and hyper drops it with
@@ -301,12 +353,17 @@ impl Connection {
         slot: OwnedSemaphorePermit,
         policy: ConnectionPolicy,
     ) -> Self {
+        if let Err(e) = bound_kernel_buffers(&stream, &policy) {
+            tracing::debug!(peer = %remote_addr, "cannot bound the socket's kernel buffers: {e}");
+        }
         let notify = Arc::new(Notify::new());
+        let closer = Closer(Arc::clone(&notify));
         Self {
             stream: Coalesce::new(stream),
             info: ConnectionInfo {
                 remote_addr,
-                closer: Closer(Arc::clone(&notify)),
+                responses: Holder::new(closer.clone()),
+                closer,
             },
             _slot: slot,
             inbound: FrameTracker::client_to_server(),
@@ -636,6 +693,8 @@ mod tests {
                 handshake_timeout: Duration::from_secs(10),
                 min_ping_interval: Some(FLOOR),
                 permit_pings_without_calls: true,
+                tcp_user_timeout: None,
+                tcp_notsent_lowat: None,
             },
         );
 

@@ -39,7 +39,12 @@ pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The routing service with the chapter's message caps and compression.
 pub fn routing_service(config: &Config) -> RoutingServer {
-    let response_budget = ByteBudget::new("response budget", config.response_budget_bytes);
+    let response_budget = ByteBudget::with_connection_share(
+        "response budget",
+        config.response_budget_bytes,
+        config.response_share_bytes(),
+        Some(config.stalled_holder_after()),
+    );
     let api = RoutingApi::new(Catalog::new(), response_budget, config.send_deadline());
     let service = RoutingServer::new(api)
         // Send cap: tonic's default is unlimited, so set it (see knobs).
@@ -105,6 +110,9 @@ pub async fn run(
             handshake_timeout: config.handshake_timeout(),
             min_ping_interval: config.min_ping_interval(),
             permit_pings_without_calls: config.permit_pings_without_calls,
+            // TCP_USER_TIMEOUT is the keepalive timeout, as in grpc-go.
+            tcp_user_timeout: Some(config.keepalive_timeout()),
+            tcp_notsent_lowat: config.tcp_notsent_lowat(),
         },
     );
     let connections = GracefulShutdown::new();
