@@ -6,7 +6,9 @@
 //!   accept errors such as `EMFILE` instead of spinning.
 //! - [`Connection`] wraps each accepted stream and watches its frames in
 //!   both directions with [`h2_frames::FrameTracker`]:
-//!   - **handshake timeout**: no preface and SETTINGS in time, closed;
+//!   - **handshake timeout**: no preface, SETTINGS and acknowledgement of
+//!     the server's SETTINGS in time, closed (RFC 9113 §6.5.3 allows this
+//!     `SETTINGS_TIMEOUT`; a client that never reads never acknowledges);
 //!   - **ping floor** ([`PingPolicy`]): the third PING strike gets GOAWAY
 //!     `ENHANCE_YOUR_CALM` `too_many_pings`, written between two outgoing
 //!     frames, and the connection is closed once it is written;
@@ -45,7 +47,8 @@ const PING_FLOOR_TOLERANCE: Duration = Duration::from_millis(100);
 /// The rules every connection is held to.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionPolicy {
-    /// Preface and SETTINGS must arrive within this.
+    /// Preface, SETTINGS and the ack of the server's SETTINGS must arrive
+    /// within this.
     pub handshake_timeout: Duration,
     /// Least time between two client PINGs (`None`: no floor).
     pub min_ping_interval: Option<Duration>,
@@ -334,7 +337,7 @@ pub struct Connection {
     _slot: OwnedSemaphorePermit,
     inbound: FrameTracker,
     outbound: FrameTracker,
-    /// Running until the client's SETTINGS has arrived.
+    /// Running until the client has acknowledged the server's SETTINGS.
     handshake: Option<Pin<Box<Sleep>>>,
     handshake_timeout: Duration,
     pings: PingPolicy,
@@ -389,9 +392,11 @@ impl Connection {
             info,
             ..
         } = self;
+        let mut settings_acked = false;
         inbound.feed(bytes, |frame: Frame<'_>| {
             let h = frame.header;
             match h.kind {
+                kind::SETTINGS if h.has(flag::ACK) => settings_acked = true,
                 kind::HEADERS if h.stream_id > *last_stream_id => {
                     *last_stream_id = h.stream_id;
                     open_streams.insert(h.stream_id);
@@ -418,7 +423,9 @@ impl Connection {
                 _ => {}
             }
         });
-        if self.handshake.is_some() && self.inbound.frames_done() > 0 {
+        // The client has read the server's SETTINGS and answered: it is a
+        // reader, and the handshake is over.
+        if settings_acked {
             self.handshake = None;
         }
     }
@@ -510,7 +517,7 @@ impl AsyncRead for Connection {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!(
-                    "no HTTP/2 preface and SETTINGS within {:?}",
+                    "no HTTP/2 preface, SETTINGS and SETTINGS ack within {:?}",
                     this.handshake_timeout
                 ),
             )));

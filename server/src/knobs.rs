@@ -166,10 +166,15 @@ pub const REQUEST_BUDGET_BYTES: usize = 64 * 1024 * 1024;
 /// limit, and the cap is that limit minus this headroom.
 pub const FD_HEADROOM: u64 = 64;
 
-/// A new connection must send the HTTP/2 preface and its SETTINGS within
-/// 10 s, or it is closed. Without this, a connection that sends nothing (or
-/// half a preface) holds a file descriptor forever. 10 s is generous for any
-/// real client, TLS-terminating proxies included.
+/// A new connection must send the HTTP/2 preface and its SETTINGS, and
+/// acknowledge the server's SETTINGS, within 10 s, or it is closed (without
+/// a GOAWAY: the client is not reading). Without this, a connection that
+/// sends nothing (or half a preface) holds a file descriptor forever, and
+/// one that never reads the socket can keep sending requests for as long
+/// as its receive buffer takes the small answers. Every HTTP/2 client
+/// acknowledges SETTINGS as soon as it reads them, one round trip after
+/// connecting (RFC 9113 §6.5.3 calls a missing ack `SETTINGS_TIMEOUT`).
+/// 10 s is generous for any real client, TLS-terminating proxies included.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Accept errors such as `EMFILE` (out of file descriptors) back off before
@@ -298,7 +303,8 @@ pub struct Config {
     #[arg(long, env = "ROUTING_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: Option<u64>,
 
-    /// Seconds a new connection has to send the HTTP/2 preface and SETTINGS.
+    /// Seconds a new connection has to send the HTTP/2 preface and SETTINGS and
+    /// acknowledge the server's SETTINGS.
     #[arg(long, env = "ROUTING_HANDSHAKE_TIMEOUT_SECS", default_value_t = HANDSHAKE_TIMEOUT.as_secs(),
           value_parser = at_least_one_second)]
     pub handshake_timeout_secs: u64,

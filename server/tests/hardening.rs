@@ -515,6 +515,8 @@ async fn tcp_stalled_readers_stay_charged_until_the_kernel_closes_them() {
         stalled_holder_secs: 600,
         keepalive_timeout_secs: 2,
         send_deadline_secs: 600,
+        // It never acknowledges SETTINGS either: let the kernel act first.
+        handshake_timeout_secs: 600,
         ..Config::default()
     })
     .await;
@@ -568,6 +570,31 @@ async fn tcp_stalled_readers_stay_charged_until_the_kernel_closes_them() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A client that never reads the socket never acknowledges the server's
+/// SETTINGS: however many requests it sends (a GetQuote every 200 ms here),
+/// it is closed once the 1 s handshake timeout passes, and its writes start
+/// to fail.
+#[tokio::test]
+async fn clients_that_never_acknowledge_settings_are_closed() {
+    let server = start_with(Config {
+        handshake_timeout_secs: 1,
+        ..Config::default()
+    })
+    .await;
+    let mut deaf = TcpStalledReader::open(server.addr(), 4096, 1)
+        .await
+        .expect("connects");
+    let closed_by = Instant::now() + BOUND;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if deaf.poke().await.is_err() {
+            break;
+        }
+        assert!(Instant::now() < closed_by, "still open");
+    }
+    others_are_served(&server).await;
 }
 
 /// Opens `calls` full-page calls on a connection with a zero stream window
