@@ -22,7 +22,7 @@ use tokio::{
     time::Instant,
 };
 
-use super::{Context, Findings, secs};
+use super::{Context, Findings, median_secs, secs};
 use crate::{
     grpc,
     procfs::{ServerSockets, sockstat_tcp_mem_pages},
@@ -113,9 +113,15 @@ struct Tallies {
     connections: u32,
     connected: u32,
     connect_errors: u32,
-    /// Seconds after opening at which each closed connection's write first
-    /// failed (the server closed it), sorted.
-    closed_after_s: Vec<f64>,
+    /// Connections whose write failed (the server closed them).
+    closed: usize,
+    /// Seconds after the pages were asked for at which the first, the
+    /// median and the last of them failed.
+    closed_first_s: Option<f64>,
+    closed_median_s: Option<f64>,
+    closed_last_s: Option<f64>,
+    #[serde(skip)]
+    closed_after: Vec<Duration>,
     samples: Vec<Sample>,
     #[serde(skip_serializing_if = "Option::is_none")]
     first_error: Option<String>,
@@ -150,7 +156,11 @@ pub async fn run(ctx: &Context) -> Result<Findings, crate::Error> {
         connections: knobs.tcpstall_conns,
         connected: 0,
         connect_errors: 0,
-        closed_after_s: Vec::new(),
+        closed: 0,
+        closed_first_s: None,
+        closed_median_s: None,
+        closed_last_s: None,
+        closed_after: Vec::new(),
         samples: Vec::new(),
         first_error: None,
     };
@@ -209,7 +219,7 @@ pub async fn run(ctx: &Context) -> Result<Findings, crate::Error> {
                 None => break,
                 Some(Ok(Some(closed_after))) => {
                     open -= 1;
-                    tallies.closed_after_s.push(secs(closed_after));
+                    tallies.closed_after.push(closed_after);
                 }
                 Some(_) => {}
             },
@@ -220,10 +230,13 @@ pub async fn run(ctx: &Context) -> Result<Findings, crate::Error> {
         }
     }
     tallies.samples.push(sample(started.elapsed(), open, addr));
-    tallies.closed_after_s.sort_by(f64::total_cmp);
+    tallies.closed_after.sort_unstable();
+    tallies.closed = tallies.closed_after.len();
+    tallies.closed_first_s = tallies.closed_after.first().copied().map(secs);
+    tallies.closed_last_s = tallies.closed_after.last().copied().map(secs);
+    tallies.closed_median_s = median_secs(std::mem::take(&mut tallies.closed_after));
 
-    let closed = tallies.closed_after_s.len();
-    let last = tallies.closed_after_s.last().copied();
+    let (closed, last) = (tallies.closed, tallies.closed_last_s);
     let outcome = format!(
         "{} of {} TCP-stalled connections closed by the server within {:.0}s{}; {} still open at the end",
         closed,
