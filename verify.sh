@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # verify.sh: brings the chapter's stack up, asserts every claim of the chapter
-# with real grpcurl, ghz and the four clients, prints PASS, and tears it down.
+# with real grpcurl, ghz and the five clients, prints PASS, and tears it down.
 # Run ./verify.sh --help for the modes and every override.
 # jq programs use $variables inside single quotes on purpose:
 # shellcheck disable=SC2016
@@ -15,9 +15,22 @@ RPS_FLOOR=${RPS_FLOOR:-20}                # ghz GetQuote throughput > this (call
 GZIP_MAX_PERCENT=${GZIP_MAX_PERCENT:-5}   # gzip wire bytes ≤ this % of identity
 DEAD_PEER_MAX_S=${DEAD_PEER_MAX_S:-10}    # keepalive finds the dead peer within this (s); it needs 1 s + 1 s
 TIMING_ATTEMPTS=${TIMING_ATTEMPTS:-3}     # tries for timing checks (4, 9); each failure is printed
+# Rows 10: each lever on an emulated link (clients/src/link.rs, in the client's
+# own process). These bounds come from physics, with margin:
+LINK=${LINK:-wan}                         # the link: grpc-go's WAN, 20 Mbit/s, 60 ms round trip (RTT)
+FOOTGUN_MIN_RTTS=${FOOTGUN_MIN_RTTS:-1.9} # footgun median call >= this many RTTs: TCP set-up (1 RTT) + the call (1 RTT) = 2
+POOLED_MAX_RTTS=${POOLED_MAX_RTTS:-1.5}   # pooled median call <= this many RTTs: the call alone (1 RTT), + 0.5 RTT for CPU
+GZIP_LINK_MAX_FRACTION=${GZIP_LINK_MAX_FRACTION:-0.5} # gzip fetch < this x (identity bytes ÷ rate): its 7 KB take 0.003 s + 1 RTT + CPU, identity's 5.0 MB take 2.0 s
+NAT_IDLE_SECS=${NAT_IDLE_SECS:-6}         # the NAT forgets a flow idle this long: above the 5 s keepalive, below the 8 s gap
+NAT_ABANDON_SECS=${NAT_ABANDON_SECS:-3}   # the call after the gap is abandoned after this (s): 50 RTTs, no answer is merely slow
+# window-client on longhaul (400 ms round trip). Physics: a receive window W lets
+# at most W bytes be in flight per round trip, so throughput <= W ÷ RTT.
+WINDOW_FLOOR_MARGIN=${WINDOW_FLOOR_MARGIN:-0.9} # 64 KiB fetch time >= bytes ÷ (65,535 B ÷ RTT) x this
+WINDOW_SPEEDUP=${WINDOW_SPEEDUP:-5}       # tonic-default Mbit/s > 64 KiB Mbit/s x this (ceilings: 2 MiB ÷ 64 KiB = 32x)
 
 # ─── Workload ────────────────────────────────────────────────────────────────
 CALLS=${CALLS:-50}                        # GetQuote calls per footgun/pooled run
+LINK_CALLS=${LINK_CALLS:-20}              # GetQuote calls per footgun/pooled run on the link (20 x 2 RTT = 2.4 s)
 GHZ_CONCURRENCY=${GHZ_CONCURRENCY:-10}    # ghz -c
 GHZ_TOTAL=${GHZ_TOTAL:-300}               # ghz -n
 IDLE_SECS=${IDLE_SECS:-8}                 # keepalive-client idle gap (server/client ping every 5 s)
@@ -42,7 +55,7 @@ usage() {
   cat <<EOF
 Usage: ./verify.sh [--local] [--no-build] [--help]
 
-Brings the stack up, runs grpcurl, ghz and the four clients against it,
+Brings the stack up, runs grpcurl, ghz and the five clients against it,
 asserts the chapter's claims, prints PASS (exit 0) or the failed assertion
 with its evidence (exit 1), and tears everything down. Exit 2: bad usage, a
 missing host tool, no container engine, a tool that cannot run, or a stack
@@ -63,7 +76,9 @@ Modes:
 Overrides (environment):
   Bounds     FOOTGUN_FACTOR=$FOOTGUN_FACTOR P99_CEILING_MS=$P99_CEILING_MS RPS_FLOOR=$RPS_FLOOR
              GZIP_MAX_PERCENT=$GZIP_MAX_PERCENT TIMING_ATTEMPTS=$TIMING_ATTEMPTS
-  Workload   CALLS=$CALLS GHZ_CONCURRENCY=$GHZ_CONCURRENCY GHZ_TOTAL=$GHZ_TOTAL IDLE_SECS=$IDLE_SECS
+  On a link  LINK=$LINK FOOTGUN_MIN_RTTS=$FOOTGUN_MIN_RTTS POOLED_MAX_RTTS=$POOLED_MAX_RTTS
+             GZIP_LINK_MAX_FRACTION=$GZIP_LINK_MAX_FRACTION NAT_IDLE_SECS=$NAT_IDLE_SECS NAT_ABANDON_SECS=$NAT_ABANDON_SECS
+  Workload   CALLS=$CALLS LINK_CALLS=$LINK_CALLS GHZ_CONCURRENCY=$GHZ_CONCURRENCY GHZ_TOTAL=$GHZ_TOTAL IDLE_SECS=$IDLE_SECS
   Limits     READY_TIMEOUT_S=$READY_TIMEOUT_S READY_PROBE_S=$READY_PROBE_S TOOL_TIMEOUT_S=$TOOL_TIMEOUT_S
              BUILD_TIMEOUT_S=$BUILD_TIMEOUT_S
   Compose    COMPOSE="$COMPOSE" ROUTING_PORT=$ROUTING_PORT COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-grpc-tuning}
@@ -90,6 +105,7 @@ done
 cd "$(dirname "$0")"
 scratch=$(mktemp -d)
 server_pid=
+quiet_pid=
 compose_up=no
 read -r -a compose <<<"$COMPOSE"
 # Passed as -p too: every compose implementation and version takes the flag,
@@ -105,8 +121,9 @@ need mktemp "coreutils"
 no_engine_hint="or run without containers: ./verify.sh --local (cargo, grpcurl and ghz on PATH), or with Podman: COMPOSE=podman-compose ./verify.sh"
 if [[ $mode == local ]]; then
   need cargo "https://rustup.rs"
-  need grpcurl "CGO_ENABLED=0 go install -ldflags '-X main.version=v1.9.3' github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
-  need ghz "CGO_ENABLED=0 go install -ldflags '-X main.version=v0.121.0' github.com/bojand/ghz/cmd/ghz@v0.121.0"
+  go_path_hint='then put the directory go installs into on PATH: export PATH="$(go env GOPATH)/bin:$PATH"'
+  need grpcurl "CGO_ENABLED=0 go install -ldflags '-X main.version=v1.9.3' github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3, $go_path_hint"
+  need ghz "CGO_ENABLED=0 go install -ldflags '-X main.version=v0.121.0' github.com/bojand/ghz/cmd/ghz@v0.121.0, $go_path_hint"
 elif [[ ${compose[0]} == podman-compose ]]; then
   need podman "apt-get install podman | dnf install podman"
   need podman-compose "pipx install podman-compose (on Debian 12 and other PEP 668 systems plain pip install is refused)"
@@ -133,6 +150,7 @@ server_log() { # the tail of the server's log, for evidence
 
 cleanup() {
   local rc=$?
+  if [[ -n $quiet_pid ]]; then kill -TERM "$quiet_pid" 2>/dev/null || true; fi
   if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
     kill -TERM "$server_pid" 2>/dev/null || true
     # The server drains for up to 10 s; do not wait longer than that and a bit.
@@ -148,32 +166,65 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+
+# ─── Ctrl+C ──────────────────────────────────────────────────────────────────
+# Every long command runs through `bounded`: under `timeout`, in the
+# background, while the script `wait`s for it. Two reasons. bash runs a trap
+# only once a foreground command has finished, and `timeout` puts its tool in
+# a process group of its own, which the terminal's Ctrl+C never reaches: a
+# foreground tool would keep running against a server that is already
+# draining, and fail an assertion. `wait` returns at once when a trapped
+# signal arrives, so the trap below stops the tool's group and exits 130
+# (143 for SIGTERM) before any assertion can run; cleanup does the rest.
+tool_pid=
+bounded() { # bounded SECONDS CMD...: CMD under `timeout SECONDS`, interruptible
+  local secs=$1 status=0
+  shift
+  timeout "$secs" "$@" &
+  tool_pid=$!
+  wait "$tool_pid" || status=$?
+  tool_pid=
+  return "$status"
+}
+interrupted() { # interrupted EXIT_CODE
+  trap '' INT TERM # a second Ctrl+C must not cut the clean-up short
+  if [[ -n $tool_pid ]]; then
+    # timeout leads its own process group (its pid is the group's id): TERM
+    # reaches it and the tool. It may not have made the group yet, hence both.
+    kill -TERM -- "-$tool_pid" 2>/dev/null || kill -TERM "$tool_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$tool_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$tool_pid" 2>/dev/null || true
+    wait "$tool_pid" 2>/dev/null || true
+  fi
+  say "verify.sh: interrupted, stopping"
+  exit "$1"
+}
+trap 'interrupted 130' INT
+trap 'interrupted 143' TERM
 
 # ─── Launchers: the only place local and compose differ ───────────────────
-# Each runs one tool under `timeout`. Inside compose the server is server:9000.
+# Each runs one tool through `bounded`. Inside compose the server is server:9000.
 grpcurl_() {
   if [[ $mode == local ]]; then
-    timeout "$TOOL_TIMEOUT_S" grpcurl "$@"
+    bounded "$TOOL_TIMEOUT_S" grpcurl "$@"
   else
-    timeout "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T grpcurl "$@"
+    bounded "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T grpcurl "$@"
   fi
 }
 ghz_() {
   if [[ $mode == local ]]; then
-    timeout "$TOOL_TIMEOUT_S" ghz "$@"
+    bounded "$TOOL_TIMEOUT_S" ghz "$@"
   else
-    timeout "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T ghz "$@"
+    bounded "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T ghz "$@"
   fi
 }
 client_() { # client_ BIN ARGS...
   local bin=$1
   shift
   if [[ $mode == local ]]; then
-    timeout "$TOOL_TIMEOUT_S" "$bin_dir/$bin" --target "$target" "$@"
+    bounded "$TOOL_TIMEOUT_S" "$bin_dir/$bin" --target "$target" "$@"
   else
-    timeout "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T clients "$bin" --target "$target" "$@"
+    bounded "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T clients "$bin" --target "$target" "$@"
   fi
 }
 
@@ -249,14 +300,14 @@ note() { summary+=("$(layout 36 "$1" "$2")"); }
 if [[ $mode == local ]]; then
   if [[ $build == yes ]]; then
     say "building: cargo build --release --locked -p routing-server -p routing-clients"
-    timeout "$BUILD_TIMEOUT_S" cargo build --release --locked -p routing-server -p routing-clients >&2
+    bounded "$BUILD_TIMEOUT_S" cargo build --release --locked -p routing-server -p routing-clients >&2
   fi
   # Where cargo puts the binaries: target/ unless CARGO_TARGET_DIR or a
   # config file says otherwise.
   target_dir=$(timeout 60 cargo metadata --format-version 1 --no-deps | jq -r .target_directory) ||
     die "cannot ask cargo for its target directory (cargo metadata failed)"
   bin_dir=$target_dir/release
-  for bin in routing-server footgun-client pooled-client gzip-client keepalive-client; do
+  for bin in routing-server footgun-client pooled-client gzip-client keepalive-client window-client; do
     if [[ ! -x $bin_dir/$bin ]]; then
       [[ $build == no ]] && die "$bin_dir/$bin is missing: run without --no-build"
       die "$bin_dir/$bin is missing after cargo build"
@@ -277,11 +328,11 @@ else
   export ROUTING_PORT
   if [[ $build == yes ]]; then
     say "building: $COMPOSE build server"
-    timeout "$BUILD_TIMEOUT_S" "${compose[@]}" build server >&2
+    bounded "$BUILD_TIMEOUT_S" "${compose[@]}" build server >&2
   fi
   say "starting: $COMPOSE up -d server"
   compose_up=yes
-  timeout 300 "${compose[@]}" up -d --no-build server >"$scratch/up.log" 2>&1 ||
+  bounded 300 "${compose[@]}" up -d --no-build server >"$scratch/up.log" 2>&1 ||
     { cat "$scratch/up.log" >&2; die "'$COMPOSE up' failed (is port $ROUTING_PORT free? set ROUTING_PORT)"; }
   target=server:9000
   proto_dir=/proto
@@ -455,6 +506,102 @@ done
 check "9b ghz GetQuote p99 latency" "${p99_ms} ms" "< ${P99_CEILING_MS} ms" "$p99_ok" ghz
 check "9c ghz GetQuote throughput" "${rps} rps" "> ${RPS_FLOOR} rps" "$rps_ok" ghz
 note "ghz GetQuote (-c $GHZ_CONCURRENCY -n $GHZ_TOTAL)" "$rps rps, p50 $p50_ms ms, p99 $p99_ms ms"
+
+# ─── 10. Each lever where it pays: on an emulated link ───────────────────────
+# The clients route their channels through a link inside their own process
+# (--link, clients/src/link.rs), so this works in a container as well. The
+# bounds are physics, in round trips (RTT) and bytes ÷ rate: see the table.
+
+# 10a/b. Channel reuse: a new connection costs a round trip before its call.
+for try in $(seq "$TIMING_ATTEMPTS"); do
+  capture footgun_link client_ footgun-client --calls "$LINK_CALLS" --link "$LINK"
+  capture pooled_link client_ pooled-client --calls "$LINK_CALLS" --link "$LINK"
+  footgun_rtts=$(field footgun_link .median_call_rtts)
+  pooled_rtts=$(field pooled_link .median_call_rtts)
+  reuse_ok=$(jqn --argjson f "${footgun_rtts:-0}" --argjson p "${pooled_rtts:-1e9}" \
+    --argjson fk "$FOOTGUN_MIN_RTTS" --argjson pk "$POOLED_MAX_RTTS" '$f >= $fk and $p <= $pk')
+  [[ $reuse_ok == true ]] && break
+  if ((try < TIMING_ATTEMPTS)); then
+    row "10a/b median call in RTTs (try $try)" "footgun ${footgun_rtts:-?}, pooled ${pooled_rtts:-?}" \
+      ">= $FOOTGUN_MIN_RTTS, <= $POOLED_MAX_RTTS" "retry"
+  fi
+done
+rtt_ms=$(field pooled_link .link.rtt_ms)
+check "10a footgun on $LINK: median call" "${footgun_rtts:-exit $rc} RTT of ${rtt_ms:-?} ms" ">= $FOOTGUN_MIN_RTTS RTT" \
+  "$(jqn --argjson f "${footgun_rtts:-0}" --argjson k "$FOOTGUN_MIN_RTTS" '$f >= $k')" footgun_link
+check "10b pooled on $LINK: median call" "${pooled_rtts:-exit $rc} RTT of ${rtt_ms:-?} ms" "<= $POOLED_MAX_RTTS RTT" \
+  "$(jqn --argjson p "${pooled_rtts:-1e9}" --argjson k "$POOLED_MAX_RTTS" '$p <= $k')" pooled_link
+note "footgun / pooled on $LINK, median" \
+  "$(field footgun_link '"\(.median_call_s * 1e6 | round / 1000) ms"') / $(field pooled_link '"\(.median_call_s * 1e6 | round / 1000) ms"') (${footgun_rtts} / ${pooled_rtts} RTT)"
+
+# 10c. gzip: on a link slower than gzip, the smaller response arrives first.
+capture gzip_link client_ gzip-client --link "$LINK"
+identity_s=$(field gzip_link .identity_s)
+gzip_s=$(field gzip_link .gzip_s)
+floor_s=$(field gzip_link .identity_bytes_over_rate_s)
+got=$(field gzip_link '"gzip \(.gzip_s * 100 | round / 100) s, identity \(.identity_s * 100 | round / 100) s"')
+check "10c gzip on $LINK wins end to end" "${got:-exit $rc}" "gzip < $GZIP_LINK_MAX_FRACTION x ${floor_s:-?} s <= identity" \
+  "$(jq -r --argjson k "$GZIP_LINK_MAX_FRACTION" '.result == "MATCH" and .faster_end_to_end == "gzip"
+    and .gzip_s < $k * .identity_bytes_over_rate_s and .identity_s >= .identity_bytes_over_rate_s' \
+    "$scratch/gzip_link.out" 2>/dev/null || true)" gzip_link
+note "full catalog on $LINK: identity / gzip" "$identity_s s / $gzip_s s"
+
+# 10d. Keepalive against a NAT that forgets idle flows. Either end's PINGs
+# keep a NAT entry alive, and the chapter's server PINGs every 5 s, so the
+# control without keepalive talks to a second, quiet server (no PINGs of its
+# own); a third channel without keepalive talks to the chapter's server.
+if [[ $mode == local ]]; then
+  RUST_LOG=info "$bin_dir/routing-server" --listen 127.0.0.1:0 --keepalive-secs 3600 \
+    >"$scratch/quiet.out" 2>"$scratch/quiet.log" &
+  quiet_pid=$!
+  for _ in $(seq 100); do
+    quiet_target=$(grep -o 'local_addr=127\.0\.0\.1:[0-9]*' "$scratch/quiet.log" | head -n 1 | cut -d= -f2 || true)
+    [[ -n $quiet_target ]] && break
+    kill -0 "$quiet_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [[ -n ${quiet_target:-} ]] || { tail -n 20 "$scratch/quiet.log" >&2; die "the quiet routing-server did not start"; }
+else
+  bounded 300 "${compose[@]}" --profile tools up -d --no-build quiet-server >"$scratch/quiet_up.log" 2>&1 ||
+    { cat "$scratch/quiet_up.log" >&2; die "'$COMPOSE up quiet-server' failed"; }
+  quiet_target=quiet-server:9000
+fi
+quiet_status=
+deadline=$((SECONDS + READY_TIMEOUT_S))
+while ((SECONDS < deadline)); do
+  capture quiet_ready grpcurl_ -plaintext -connect-timeout "$READY_PROBE_S" -max-time "$READY_PROBE_S" \
+    -d '{}' "$quiet_target" grpc.health.v1.Health/Check
+  quiet_status=$(field quiet_ready .status)
+  [[ $quiet_status == SERVING ]] && break
+  sleep 1
+done
+[[ $quiet_status == SERVING ]] || fail "10d quiet server reports SERVING" "${quiet_status:-no answer}" "SERVING" quiet_ready
+capture nat client_ keepalive-client --phases nat --link "$LINK" --nat-idle-secs "$NAT_IDLE_SECS" \
+  --idle-secs "$IDLE_SECS" --nat-abandon-secs "$NAT_ABANDON_SECS" --quiet-target "$quiet_target"
+got=$(field nat '"\(.nat_keepalive) / \(.nat_no_keepalive) / \(.nat_server_keepalive)"')
+check "10d NAT ${NAT_IDLE_SECS}s: keepalive / none / server" "${got:-exit $rc}" "SURVIVED / ABANDONED|FAILED / SURVIVED" \
+  "$(field nat '.nat_keepalive == "SURVIVED" and (.nat_no_keepalive == "ABANDONED" or .nat_no_keepalive == "FAILED") and .nat_server_keepalive == "SURVIVED"')" nat
+note "PINGs in the ${IDLE_SECS}s NAT gap, 3 channels" \
+  "$(field nat '"\(.nat_keepalive_pings_sent) sent / \(.nat_no_keepalive_pings) / \(.nat_server_keepalive_pings_received) received"')"
+
+# 10e. The flow-control window on a long link: window-client's phases run at
+# once, each on its own emulated longhaul link (400 ms RTT), whatever $LINK is.
+capture window client_ window-client
+small_s=$(field window '.small.s * 100 | round / 100')
+window_floor_s=$(field window '.small.bytes * 8 / (.small.window_ceiling_mbit_s * 1e6) * 1000 | round / 1000')
+speedup=$(field window '.tonic_default.mbit_s / .small.mbit_s * 10 | round / 10')
+check "10e 64 KiB window vs tonic's default" \
+  "${small_s:-exit $rc} s (floor ${window_floor_s:-?} s), default x${speedup:-?}" \
+  ">= floor x$WINDOW_FLOOR_MARGIN, > x$WINDOW_SPEEDUP" \
+  "$(jq -r --argjson m "$WINDOW_FLOOR_MARGIN" --argjson k "$WINDOW_SPEEDUP" \
+    '.small.s >= .small.bytes * 8 / (.small.window_ceiling_mbit_s * 1e6) * $m and .tonic_default.mbit_s > .small.mbit_s * $k' \
+    "$scratch/window.out" 2>/dev/null || true)" window
+phase() { field window "\"\(.$1.mbit_s) Mbit/s (ceiling \(.$1.window_ceiling_mbit_s)), \(.$1.bytes) B in \(.$1.s) s\""; }
+note "window 64 KiB (longhaul)" "$(phase small)"
+note "window tonic default" "$(phase tonic_default)"
+note "window adaptive (BDP)" "$(phase adaptive)"
+note "window adaptive: start -> largest" "$(field window '"\(.adaptive.stream_window) -> \(.adaptive.grown_stream_window) B"')"
+note "64 KiB: 1 channel vs N channels" "$(field window '"\(.one_channel.mbit_s) vs \(.n_channels.mbit_s) Mbit/s (\(.n_channels.channels) channels)"')"
 
 # ─── Summary ─────────────────────────────────────────────────────────────────
 printf '\nSummary (mode=%s)\n' "$mode"

@@ -25,7 +25,7 @@ set -euo pipefail
 release_dir=${1:?usage: ci/standin-images.sh RELEASE_DIR GO_BIN_DIR}
 go_bin_dir=${2:?usage: ci/standin-images.sh RELEASE_DIR GO_BIN_DIR}
 repo=$(cd "$(dirname "$0")/.." && pwd)
-bins=(routing-server footgun-client pooled-client gzip-client keepalive-client)
+bins=(routing-server footgun-client pooled-client gzip-client keepalive-client window-client routing-link)
 tag=${STANDIN_TAG:-ci}
 
 work=$(mktemp -d)

@@ -1,5 +1,5 @@
 //! What every client shares: the command-line baseline, the channel set-up
-//! with bounded timeouts, and the sample quote.
+//! with bounded timeouts, the emulated link (`--link`), and the sample quote.
 
 use std::time::Duration;
 
@@ -7,7 +7,12 @@ use routing_contracts::routing::GetQuoteRequest;
 use routing_contracts::types::CargoItem;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::{Error, target::Target, wire::CountingConnector};
+use crate::{
+    Error,
+    link::{Link, LinkArgs, LinkReport},
+    target::Target,
+    wire::CountingConnector,
+};
 
 /// TCP connect plus HTTP/2 handshake must finish within this: 5 s.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -29,6 +34,11 @@ pub struct Baseline {
     /// Deadline of each RPC, in seconds.
     #[arg(long, default_value_t = CALL_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub call_timeout_secs: u64,
+
+    /// The emulated link to the server: `--link wan`, `--rtt-ms`, `--mbit`,
+    /// `--nat-idle-secs`. Without them, no link.
+    #[command(flatten)]
+    pub link: LinkArgs,
 }
 
 impl Baseline {
@@ -44,6 +54,23 @@ impl Baseline {
         Ok(Endpoint::from_shared(uri)?
             .connect_timeout(Duration::from_secs(self.connect_timeout_secs))
             .timeout(Duration::from_secs(self.call_timeout_secs)))
+    }
+
+    /// A connector that counts the wire, through the link `--link` names.
+    /// Channels opened through one connector (or its clones) share the
+    /// link's rate, as flows on one real link do.
+    pub fn wire(&self) -> CountingConnector {
+        CountingConnector::with_link(self.link())
+    }
+
+    /// The link's settings: the preset with the explicit flags applied.
+    pub fn link(&self) -> Link {
+        self.link.link()
+    }
+
+    /// The link for the client's JSON line; `None` (absent) without one.
+    pub fn link_report(&self) -> Option<LinkReport> {
+        self.link.report()
     }
 
     /// Opens one channel (one TCP connection) through `wire`, which counts it.

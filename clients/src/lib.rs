@@ -1,4 +1,4 @@
-//! The small library the four client binaries share.
+//! The small library the five client binaries share.
 //!
 //! Each binary is this baseline plus one lesson, so `diff` between two of
 //! them shows the lesson and nothing else:
@@ -9,28 +9,41 @@
 //! | `pooled-client`    | one channel reused for every call                         |
 //! | `gzip-client`      | gzip on a 5 MB response, with a 16 MiB cap                |
 //! | `keepalive-client` | HTTP/2 keepalive: idle gaps, a dead peer, the ping floor  |
+//! | `window-client`    | the flow-control window on a long link: 64 KiB vs tuned   |
 //!
 //! # Layout
 //! - [`target`]: parsing `host:port` or `http://host:port`.
 //! - [`baseline`]: the shared flags, bounded connect and call timeouts, and
 //!   the sample quote request.
+//! - [`catalog`]: fetching a page of the catalog, timed.
 //! - [`wire`]: a connector that counts connections and bytes on the wire, so
 //!   every number a client prints was measured.
+//! - [`link`]: an emulated network link (delay, rate, queue, NAT idle
+//!   timeout) that wraps a connection, with grpc-go's presets.
+//! - [`link_proxy`]: `routing-link`'s core, a TCP proxy through one link.
 //! - [`relay`]: a loopback TCP relay that can go silent, to play a dead peer.
 //! - [`output`]: one JSON line on stdout, diagnostics on stderr.
 //! - [`timing`]: the total of a run of calls and the median call.
+//! - [`windows`]: the receive windows a client grants, read from its own
+//!   SETTINGS and WINDOW_UPDATE frames.
 
 pub mod baseline;
+pub mod catalog;
+pub mod link;
+pub mod link_proxy;
 pub mod output;
 pub mod relay;
 pub mod target;
 pub mod timing;
+pub mod windows;
 pub mod wire;
 
 pub use baseline::{Baseline, rpc_error, sample_quote_request};
-pub use output::{finish, init_tracing, seconds};
+pub use link::{Link, LinkArgs, LinkReport, Preset, SharedLink};
+pub use output::{finish, init_tracing, init_tracing_at, seconds};
 pub use relay::SilentRelay;
 pub use timing::{CallTimer, Timings};
+pub use windows::WindowsGranted;
 pub use wire::{CountingConnector, GoAwayReceived, WireSnapshot};
 
 /// Any failure a client reports before exiting non-zero.

@@ -11,12 +11,18 @@ use crate::Error;
 /// Sends `tracing` output to stderr. `RUST_LOG=routing_clients=debug` shows
 /// each connection; a bare `RUST_LOG=debug` adds every HTTP/2 frame.
 pub fn init_tracing() {
+    init_tracing_at("warn");
+}
+
+/// The same, showing `default` and above unless `RUST_LOG` says otherwise:
+/// `routing-link` logs at `info`, so its start and shutdown are seen.
+pub fn init_tracing_at(default: &str) {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         // Colour only for a person at a terminal, never in logs or CI.
         .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default)),
         )
         .init();
 }

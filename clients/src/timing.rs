@@ -5,6 +5,10 @@
 //! single scheduler hiccup on a busy machine can stretch the total of a short
 //! run by half, while the median of 50 calls barely moves. That makes the
 //! median the steadier number to compare two clients by.
+//!
+//! Over an emulated link the median is also given in round trips, the unit
+//! the physics speaks: a call on an open channel costs one, a call that
+//! opens its own connection costs more.
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +30,10 @@ pub struct Timings {
     pub total_s: f64,
     /// The median duration of one call; 0 when no call was recorded.
     pub median_call_s: f64,
+    /// The median call in round trips of the link (to two decimals);
+    /// absent without a link delay.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub median_call_rtts: Option<f64>,
 }
 
 impl CallTimer {
@@ -42,11 +50,15 @@ impl CallTimer {
         self.calls.push(call_started.elapsed());
     }
 
-    /// Stops the clock and reports the total and the median call.
-    pub fn finish(self) -> Timings {
+    /// Stops the clock and reports the total and the median call, the latter
+    /// also in round trips of `rtt` unless it is zero.
+    pub fn finish(self, rtt: Duration) -> Timings {
+        let median = median(self.calls);
         Timings {
             total_s: seconds(self.started.elapsed()),
-            median_call_s: seconds(median(self.calls)),
+            median_call_s: seconds(median),
+            median_call_rtts: (!rtt.is_zero())
+                .then(|| (median.as_secs_f64() / rtt.as_secs_f64() * 100.0).round() / 100.0),
         }
     }
 }
@@ -99,10 +111,22 @@ mod tests {
             timer.record(call);
         }
 
-        let timings = timer.finish();
+        let timings = timer.finish(Duration::ZERO);
 
         assert!(timings.median_call_s >= 0.002, "{timings:?}");
+        assert_eq!(timings.median_call_rtts, None);
         assert!(timings.total_s >= 3.0 * 0.002, "{timings:?}");
         assert!(timings.median_call_s <= timings.total_s, "{timings:?}");
+    }
+
+    /// In round trips: the median divided by the round trip, to two decimals.
+    #[test]
+    fn the_median_in_round_trips() {
+        let mut timer = CallTimer::start();
+        timer.calls = millis(&[130, 120, 500]);
+
+        let timings = timer.finish(Duration::from_millis(60));
+
+        assert_eq!(timings.median_call_rtts, Some(2.17));
     }
 }

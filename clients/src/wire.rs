@@ -11,7 +11,13 @@
 //!
 //! Both directions also pass through a [`FrameTracker`], which counts PING
 //! frames and keeps the first GOAWAY a server sends, with its error code and
-//! debug data: tonic reports neither.
+//! debug data, and follows the receive windows the client grants
+//! ([`crate::windows`]): tonic reports none of these.
+//!
+//! [`CountingConnector::with_link`] routes every connection through an
+//! emulated [`Link`](crate::link::Link). The counting sits on the client's
+//! side of the link, so the counts are still what crosses the wire: bytes
+//! sent as the client sends them, bytes received as they arrive.
 
 use std::{
     future::Future,
@@ -34,6 +40,13 @@ use tokio::{
 
 use h2_frames::{Frame, FrameTracker, GoAway, flag, kind};
 
+use crate::{
+    link::{Link, LinkedStream, SharedLink},
+    windows::{
+        SETTINGS_KEPT_BYTES, SharedWindows, WINDOW_UPDATE_KEPT_BYTES, WindowTracker, WindowsGranted,
+    },
+};
+
 /// GOAWAY payload bytes kept: the 8 fixed bytes and up to 256 bytes of
 /// debug data, enough for any reason a server gives.
 const GOAWAY_KEPT_BYTES: usize = 8 + 256;
@@ -48,6 +61,7 @@ struct Counters {
     pings_received: AtomicU64,
     /// The first GOAWAY any connection received; waiters subscribe to it.
     goaway: watch::Sender<Option<GoAwayReceived>>,
+    windows: SharedWindows,
 }
 
 impl Default for Counters {
@@ -59,6 +73,7 @@ impl Default for Counters {
             pings_sent: AtomicU64::default(),
             pings_received: AtomicU64::default(),
             goaway: watch::Sender::new(None),
+            windows: SharedWindows::default(),
         }
     }
 }
@@ -108,11 +123,28 @@ impl WireSnapshot {
 #[derive(Debug, Clone, Default)]
 pub struct CountingConnector {
     counters: Arc<Counters>,
+    /// The emulated link every connection goes through; `None`: none.
+    link: Option<SharedLink>,
 }
 
 impl CountingConnector {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A connector whose connections all go through one emulated `link`:
+    /// set-up costs its round trip, and they share its rate, as flows on one
+    /// real link do (clones share it too). [`Link::LOCAL`] adds nothing.
+    pub fn with_link(link: Link) -> Self {
+        Self {
+            counters: Arc::default(),
+            link: (!link.is_local()).then(|| SharedLink::new(link)),
+        }
+    }
+
+    /// The link's settings ([`Link::LOCAL`] without one).
+    pub fn link(&self) -> Link {
+        self.link.as_ref().map_or(Link::LOCAL, SharedLink::link)
     }
 
     /// Reads the counters.
@@ -124,6 +156,12 @@ impl CountingConnector {
             pings_sent: self.counters.pings_sent.load(Ordering::Relaxed),
             pings_received: self.counters.pings_received.load(Ordering::Relaxed),
         }
+    }
+
+    /// The receive windows this connector's connections granted, read from
+    /// their SETTINGS and WINDOW_UPDATE frames, and the DATA received.
+    pub fn windows(&self) -> WindowsGranted {
+        self.counters.windows.snapshot()
     }
 
     /// The first GOAWAY a connection of this connector received, if any yet.
@@ -153,6 +191,7 @@ impl tower::Service<Uri> for CountingConnector {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let counters = self.counters.clone();
+        let link = self.link.clone();
         Box::pin(async move {
             let invalid = || {
                 io::Error::new(
@@ -166,14 +205,21 @@ impl tower::Service<Uri> for CountingConnector {
             let port = uri.port_u16().ok_or_else(invalid)?;
             let stream = TcpStream::connect((host, port)).await?;
             stream.set_nodelay(true)?;
-            counters.connections.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%uri, local = ?stream.local_addr().ok(), "connection opened");
+            let inner = match link {
+                None => Wire::Direct(stream),
+                Some(link) => Wire::Linked(link.connect(stream).await),
+            };
+            counters.connections.fetch_add(1, Ordering::Relaxed);
             Ok(TokioIo::new(CountingStream {
-                inner: stream,
+                inner,
                 counters,
                 inbound: FrameTracker::server_to_client().keeping(kind::GOAWAY, GOAWAY_KEPT_BYTES),
-                outbound: FrameTracker::client_to_server(),
+                outbound: FrameTracker::client_to_server()
+                    .keeping(kind::SETTINGS, SETTINGS_KEPT_BYTES)
+                    .keeping(kind::WINDOW_UPDATE, WINDOW_UPDATE_KEPT_BYTES),
                 pings_sent: 0,
+                windows: WindowTracker::default(),
             }))
         })
     }
@@ -183,12 +229,79 @@ impl tower::Service<Uri> for CountingConnector {
 /// follows the frames in both directions.
 #[derive(Debug)]
 pub struct CountingStream {
-    inner: TcpStream,
+    inner: Wire,
     counters: Arc<Counters>,
     inbound: FrameTracker,
     outbound: FrameTracker,
     /// PINGs this connection has written, for the GOAWAY record.
     pings_sent: u64,
+    windows: WindowTracker,
+}
+
+/// What a counted connection runs on: the TCP stream itself, or the near
+/// side of an emulated link in front of it.
+#[derive(Debug)]
+enum Wire {
+    Direct(TcpStream),
+    Linked(LinkedStream),
+}
+
+impl AsyncRead for Wire {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Direct(tcp) => Pin::new(tcp).poll_read(cx, buf),
+            Self::Linked(linked) => Pin::new(linked).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Wire {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Direct(tcp) => Pin::new(tcp).poll_write(cx, buf),
+            Self::Linked(linked) => Pin::new(linked).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Direct(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
+            Self::Linked(linked) => Pin::new(linked).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Self::Direct(tcp) => tcp.is_write_vectored(),
+            Self::Linked(linked) => linked.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Direct(tcp) => Pin::new(tcp).poll_flush(cx),
+            Self::Linked(linked) => Pin::new(linked).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Direct(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            Self::Linked(linked) => Pin::new(linked).poll_shutdown(cx),
+        }
+    }
 }
 
 impl AsyncRead for CountingStream {
@@ -204,9 +317,10 @@ impl AsyncRead for CountingStream {
             .bytes_read
             .fetch_add(read.len() as u64, Ordering::Relaxed);
         let this = &mut *self;
-        let (counters, pings_sent) = (&this.counters, this.pings_sent);
+        let (counters, pings_sent, windows) = (&this.counters, this.pings_sent, &mut this.windows);
         this.inbound
             .feed(read, |frame: Frame<'_>| match frame.header.kind {
+                kind::DATA => windows.received(frame, &counters.windows),
                 kind::PING if !frame.header.has(flag::ACK) => {
                     counters.pings_received.fetch_add(1, Ordering::Relaxed);
                 }
@@ -281,12 +395,14 @@ impl CountingStream {
             }
             let taken = left.min(buf.len());
             left -= taken;
-            let (counters, pings_sent) = (&self.counters, &mut self.pings_sent);
+            let (counters, pings_sent, windows) =
+                (&self.counters, &mut self.pings_sent, &mut self.windows);
             self.outbound.feed(&buf[..taken], |frame: Frame<'_>| {
                 if frame.header.kind == kind::PING && !frame.header.has(flag::ACK) {
                     *pings_sent += 1;
                     counters.pings_sent.fetch_add(1, Ordering::Relaxed);
                 }
+                windows.sent(frame, &counters.windows);
             });
         }
     }

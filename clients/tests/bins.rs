@@ -3,16 +3,10 @@
 
 mod support;
 
-use std::time::Duration;
-
 use routing_server::{Config, LocalServer};
-use support::{json_line, run_bin, start_server, start_server_with};
-
-const FOOTGUN: &str = env!("CARGO_BIN_EXE_footgun-client");
-const POOLED: &str = env!("CARGO_BIN_EXE_pooled-client");
-const GZIP: &str = env!("CARGO_BIN_EXE_gzip-client");
-const KEEPALIVE: &str = env!("CARGO_BIN_EXE_keepalive-client");
-const LIMIT: Duration = Duration::from_secs(60);
+use support::{
+    FOOTGUN, GZIP, KEEPALIVE, LIMIT, POOLED, json_line, run_bin, start_server, start_server_with,
+};
 
 /// The footgun opens one connection per call, counted on the wire.
 #[tokio::test]

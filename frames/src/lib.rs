@@ -5,11 +5,13 @@
 //! [`FrameTracker`] follows one direction of a connection across reads split
 //! anywhere, reports each frame as it completes, and skips payloads by
 //! arithmetic, so watching costs nothing per byte. It keeps the payload of
-//! one kind of frame only if asked (the clients keep GOAWAY's debug data).
+//! the kinds of frame it is asked to (the clients keep GOAWAY's debug data,
+//! and the SETTINGS and WINDOW_UPDATE frames they send).
 //!
 //! Two users share it:
 //! - the server's connection policies (`server/src/connection.rs`) police
-//!   PINGs and write a GOAWAY only between two outgoing frames;
+//!   PINGs and control frames, and write a GOAWAY only between two
+//!   outgoing frames;
 //! - the clients' counting connector (`clients/src/wire.rs`) counts PINGs and
 //!   reads the GOAWAY tonic never shows its caller.
 
@@ -17,6 +19,12 @@
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Every frame starts with a header of this many bytes.
 pub const HEADER_LEN: usize = 9;
+/// Every flow-control window, of the connection and of each stream, starts
+/// at this many bytes until SETTINGS or WINDOW_UPDATE frames change it
+/// (RFC 9113 §6.9.2).
+pub const DEFAULT_WINDOW: u32 = 65_535;
+/// One setting in a SETTINGS payload: a 2-byte identifier, a 4-byte value.
+const SETTING_LEN: usize = 6;
 
 /// Frame types (RFC 9113 §6).
 pub mod kind {
@@ -148,7 +156,7 @@ pub fn encode_frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame<'a> {
     pub header: FrameHeader,
-    /// The start of the payload, for the kind the tracker keeps
+    /// The start of the payload, for the kinds the tracker keeps
     /// ([`FrameTracker::keeping`]); empty for every other kind.
     pub kept: &'a [u8],
 }
@@ -167,8 +175,8 @@ pub struct FrameTracker {
     payload_left: usize,
     /// Frames seen in full, header and payload.
     frames_done: u64,
-    /// Which kind of frame to keep the payload of, and at most how much.
-    keep: Option<(u8, usize)>,
+    /// Which kinds of frame to keep the payload of, and at most how much.
+    keep: Vec<(u8, usize)>,
     kept: Vec<u8>,
 }
 
@@ -187,9 +195,11 @@ impl FrameTracker {
     }
 
     /// Also keeps up to `at_most` payload bytes of every frame of `kind`,
-    /// handed over in [`Frame::kept`].
+    /// handed over in [`Frame::kept`]. Call it once per kind to keep
+    /// several kinds.
     pub fn keeping(mut self, kind: u8, at_most: usize) -> Self {
-        self.keep = Some((kind, at_most));
+        self.keep.retain(|&(kept, _)| kept != kind);
+        self.keep.push((kind, at_most));
         self
     }
 
@@ -223,7 +233,7 @@ impl FrameTracker {
     /// boundary, all of them if the frame goes on past their end.
     pub fn until_boundary(&self, bytes: &[u8]) -> usize {
         let mut ahead = Self {
-            keep: None,
+            keep: Vec::new(),
             kept: Vec::new(),
             ..self.clone()
         };
@@ -244,9 +254,7 @@ impl FrameTracker {
         }
         if let Some(header) = self.current {
             let used = self.payload_left.min(bytes.len());
-            if let Some((kind, at_most)) = self.keep
-                && kind == header.kind
-            {
+            if let Some(&(_, at_most)) = self.keep.iter().find(|(kind, _)| *kind == header.kind) {
                 let room = at_most.saturating_sub(self.kept.len());
                 self.kept.extend_from_slice(&bytes[..used.min(room)]);
             }
@@ -288,12 +296,26 @@ impl GoAway {
     /// The debug data gRPC clients look for (gRFC A8).
     pub const TOO_MANY_PINGS: &'static [u8] = b"too_many_pings";
 
+    /// What this server sends a client whose control frames make no
+    /// progress (WINDOW_UPDATEs on closed streams, SETTINGS floods).
+    pub const TOO_MANY_CONTROL_FRAMES: &'static [u8] = b"too_many_control_frames";
+
     /// What gRPC servers send a client that pings too often.
     pub fn too_many_pings(last_stream_id: u32) -> Self {
+        Self::enhance_your_calm(last_stream_id, Self::TOO_MANY_PINGS)
+    }
+
+    /// What this server sends past its control-frame budget.
+    pub fn too_many_control_frames(last_stream_id: u32) -> Self {
+        Self::enhance_your_calm(last_stream_id, Self::TOO_MANY_CONTROL_FRAMES)
+    }
+
+    /// `ENHANCE_YOUR_CALM`, with `debug_data` naming the rule broken.
+    pub fn enhance_your_calm(last_stream_id: u32, debug_data: &[u8]) -> Self {
         Self {
             last_stream_id,
             error_code: error_code::ENHANCE_YOUR_CALM,
-            debug_data: Self::TOO_MANY_PINGS.to_vec(),
+            debug_data: debug_data.to_vec(),
         }
     }
 
@@ -323,6 +345,25 @@ impl GoAway {
         payload.extend_from_slice(&self.debug_data);
         encode_frame(kind::GOAWAY, 0, 0, &payload)
     }
+}
+
+/// The settings of a SETTINGS payload (header excluded), in order: each
+/// identifier and its value (RFC 9113 §6.5.1). A partial entry at the end
+/// (a payload kept only in part) is left out.
+pub fn settings(payload: &[u8]) -> impl Iterator<Item = (u16, u32)> + '_ {
+    payload.chunks_exact(SETTING_LEN).map(|entry| {
+        (
+            u16::from_be_bytes([entry[0], entry[1]]),
+            u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]),
+        )
+    })
+}
+
+/// The increment of a WINDOW_UPDATE payload (RFC 9113 §6.9: 31 bits, the
+/// top bit reserved); `None` if it is shorter than 4 bytes.
+pub fn window_increment(payload: &[u8]) -> Option<u32> {
+    let word: [u8; 4] = payload.get(..4)?.try_into().ok()?;
+    Some(u32::from_be_bytes(word) & 0x7fff_ffff)
 }
 
 #[cfg(test)]
@@ -465,6 +506,50 @@ mod tests {
         assert_eq!(seen, [(header, Some(goaway.clone()))]);
         assert!(goaway.is_too_many_pings());
         assert_eq!(GoAway::parse(&bytes[HEADER_LEN..HEADER_LEN + 7]), None);
+    }
+
+    /// Given a client that sends SETTINGS (two settings), a connection
+    /// WINDOW_UPDATE and a stream WINDOW_UPDATE, cut into single bytes, when
+    /// a tracker keeps both kinds, then it hands over both payloads whole and
+    /// they parse to the values sent.
+    #[test]
+    fn keeps_two_kinds_and_parses_settings_and_window_updates() {
+        let mut bytes = PREFACE.to_vec();
+        let settings_payload = [0, 4, 0, 0x20, 0, 0, 0, 2, 0, 0, 0, 0];
+        bytes.extend(frame(kind::SETTINGS, 0, 0, &settings_payload));
+        bytes.extend(frame(kind::WINDOW_UPDATE, 0, 0, &[0x80, 0x4f, 0, 1]));
+        bytes.extend(frame(kind::HEADERS, 0x4, 1, &[0x82; 5]));
+        bytes.extend(frame(kind::WINDOW_UPDATE, 0, 1, &[0, 0, 0x80, 0]));
+        let mut tracker = FrameTracker::client_to_server()
+            .keeping(kind::SETTINGS, 6 * 4)
+            .keeping(kind::WINDOW_UPDATE, 4);
+        let singles: Vec<&[u8]> = bytes.chunks(1).collect();
+
+        let seen = frames_seen(&mut tracker, &singles);
+
+        let kept: Vec<(u8, u32, Vec<u8>)> = seen.into_iter().map(|s| (s.0, s.2, s.3)).collect();
+        assert_eq!(
+            kept,
+            [
+                (kind::SETTINGS, 0, settings_payload.to_vec()),
+                (kind::WINDOW_UPDATE, 0, vec![0x80, 0x4f, 0, 1]),
+                (kind::HEADERS, 1, vec![]),
+                (kind::WINDOW_UPDATE, 1, vec![0, 0, 0x80, 0]),
+            ]
+        );
+        let parsed: Vec<(u16, u32)> = settings(&settings_payload).collect();
+        assert_eq!(
+            parsed,
+            [
+                (setting::INITIAL_WINDOW_SIZE, 2 * 1024 * 1024),
+                (setting::ENABLE_PUSH, 0)
+            ]
+        );
+        // The reserved top bit is not part of the increment.
+        assert_eq!(window_increment(&[0x80, 0x4f, 0, 1]), Some(0x004f_0001));
+        assert_eq!(window_increment(&[0, 0, 0x80]), None);
+        // A partial last setting is left out, not misread.
+        assert_eq!(settings(&settings_payload[..8]).count(), 1);
     }
 
     #[test]

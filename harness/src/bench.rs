@@ -19,7 +19,12 @@ use tokio::{task::JoinSet, time::Instant};
 use tonic::{codec::CompressionEncoding, transport::Channel};
 
 use crate::{
-    Error, latency::Latencies, monitor::ServerProcess, probe, procfs::USER_HZ, raw::RawConn,
+    Error,
+    latency::Latencies,
+    monitor::ServerProcess,
+    probe,
+    procfs::{self, USER_HZ},
+    raw::RawConn,
     target::LoopbackTarget,
 };
 
@@ -32,6 +37,11 @@ pub const CALL_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How long idle connections settle before RSS is read: 1 s.
 const IDLE_SETTLE: Duration = Duration::from_secs(1);
+
+/// A thread that did at least this share (10 %) of the server's CPU in a
+/// run counts as one that served it: it tells a server that spread its
+/// connections over its cores from one that ran them all on one thread.
+pub const BUSY_THREAD_SHARE: f64 = 0.10;
 
 /// Idle connections are opened this many at a time, so the server's accept
 /// backlog never overflows.
@@ -93,6 +103,35 @@ pub struct RunResult {
     pub cpu_per_call: Option<f64>,
     pub p50: Option<Duration>,
     pub p99: Option<Duration>,
+    /// Each server thread's share of the server's CPU in this run, largest
+    /// first (see [`procfs::thread_shares`]); empty if the server is not local.
+    pub thread_shares: Vec<(String, f64)>,
+}
+
+impl RunResult {
+    /// The busiest thread's share of the server's CPU, in percent.
+    pub fn busiest_thread_pct(&self) -> Option<f64> {
+        self.thread_shares.first().map(|(_, share)| share * 100.0)
+    }
+
+    /// Threads that did at least [`BUSY_THREAD_SHARE`] of the work.
+    pub fn busy_threads(&self) -> Option<usize> {
+        (!self.thread_shares.is_empty()).then(|| {
+            self.thread_shares
+                .iter()
+                .filter(|(_, share)| *share >= BUSY_THREAD_SHARE)
+                .count()
+        })
+    }
+
+    /// `routing-server 51%, routing-worker-1 49%`: who did the work.
+    pub fn describe_threads(&self) -> String {
+        self.thread_shares
+            .iter()
+            .map(|(name, share)| format!("{name} {:.0}%", share * 100.0))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// Runs `calls` calls of `load`, `concurrency` at a time over `channels`
@@ -111,6 +150,7 @@ pub async fn measure_load(
     }
     let process = server.process.process();
     let cpu_before = process.and_then(|p| p.sample()).map(|s| s.cpu_ticks);
+    let threads_before = process.map(|p| p.threads()).unwrap_or_default();
     let started = Instant::now();
     let issued = Arc::new(AtomicU64::new(0));
     let mut workers = JoinSet::new();
@@ -150,6 +190,8 @@ pub async fn measure_load(
     }
     result.secs = started.elapsed().as_secs_f64();
     let cpu_after = process.and_then(|p| p.sample()).map(|s| s.cpu_ticks);
+    let threads_after = process.map(|p| p.threads()).unwrap_or_default();
+    result.thread_shares = procfs::thread_shares(&threads_before, &threads_after);
     result.calls = latencies.len() as u64;
     if let (Some(before), Some(after)) = (cpu_before, cpu_after)
         && result.calls > 0
@@ -350,6 +392,11 @@ fn rows(knobs: &BenchKnobs, all: &[Measurements]) -> Vec<Row> {
         values: all.iter().map(f).collect(),
         precision,
     };
+    // Rows whose ratio would mean nothing: how the work was spread.
+    let spread = |label: String, f: &dyn Fn(&Measurements) -> Option<f64>| Row {
+        ratio: false,
+        ..row(label, 0, f)
+    };
     let list = format!("ListRoutes page 25 -c {}", knobs.list_concurrency);
     let mut rows = vec![
         row("server RSS at rest (MiB)".into(), 1, &|m| {
@@ -386,6 +433,17 @@ fn rows(knobs: &BenchKnobs, all: &[Measurements]) -> Vec<Row> {
             let r = run(m);
             (r.secs > 0.0).then(|| r.calls as f64 / r.secs)
         }));
+        rows.push(spread(
+            format!("{quote}: busiest server thread's share of its CPU (%)"),
+            &|m| run(m).busiest_thread_pct(),
+        ));
+        rows.push(spread(
+            format!(
+                "{quote}: server threads with >= {:.0}% of its CPU",
+                BUSY_THREAD_SHARE * 100.0
+            ),
+            &|m| run(m).busy_threads().map(|n| n as f64),
+        ));
     }
     rows.extend([
         row(
@@ -418,14 +476,16 @@ fn rows(knobs: &BenchKnobs, all: &[Measurements]) -> Vec<Row> {
     rows
 }
 
-/// The table as text: one column per server, and `ratio` (first ÷ second)
-/// when there are two.
+/// The table as text: one column per server, then the first server ÷ each
+/// of the others: `ratio` when there are two, `÷ 2`, `÷ 3`, ... when more.
 pub fn table(servers: &[Server], knobs: &BenchKnobs, all: &[Measurements]) -> String {
     let rows = rows(knobs, all);
     let mut header = vec!["measurement".to_string()];
     header.extend(servers.iter().map(|s| s.target.to_string()));
-    if servers.len() == 2 {
-        header.push("ratio".into());
+    match servers.len() {
+        0 | 1 => {}
+        2 => header.push("ratio".into()),
+        n => header.extend((2..=n).map(|column| format!("÷ {column}"))),
     }
     let mut cells: Vec<Vec<String>> = vec![header];
     for row in rows {
@@ -434,15 +494,12 @@ pub fn table(servers: &[Server], knobs: &BenchKnobs, all: &[Measurements]) -> St
             Some(v) => format!("{v:.*}", row.precision),
             None => "n/a".into(),
         }));
-        if let ([Some(a), Some(b)], true) = (&row.values[..], row.ratio) {
-            let (a, b) = (*a, *b);
-            line.push(if b > 0.0 {
-                format!("{:.2}×", a / b)
-            } else {
-                "-".into()
+        let first = row.values.first().copied().flatten();
+        for other in row.values.iter().skip(1) {
+            line.push(match (first, other, row.ratio) {
+                (Some(a), Some(b), true) if *b > 0.0 => format!("{:.2}×", a / b),
+                _ => "-".into(),
             });
-        } else if servers.len() == 2 {
-            line.push("-".into());
         }
         cells.push(line);
     }
@@ -531,6 +588,45 @@ mod tests {
             .expect("RSS row");
         assert!(rss.contains("n/a") && rss.ends_with('-'), "{rss}");
         assert!(text.lines().next().is_some_and(|h| h.contains("ratio")));
+    }
+
+    /// Given three servers, there is one ratio column per compared server,
+    /// each the first server ÷ that one.
+    #[test]
+    fn three_servers_get_a_ratio_column_each() {
+        // Given CPU per call of 8, 16 and 32 µs.
+        let quote = |cpu| Measurements {
+            quote: vec![RunResult {
+                cpu_per_call: Some(cpu),
+                ..RunResult::default()
+            }],
+            ..Measurements::default()
+        };
+        let servers = [
+            server("127.0.0.1:1"),
+            server("127.0.0.1:2"),
+            server("127.0.0.1:3"),
+        ];
+        // When the table is drawn.
+        let text = table(
+            &servers,
+            &knobs(),
+            &[quote(8e-6), quote(16e-6), quote(32e-6)],
+        );
+        // Then the header names both ratios and the row holds 0.50× and 0.25×.
+        let header = text.lines().next().expect("header");
+        assert!(header.contains("÷ 2") && header.contains("÷ 3"), "{header}");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("GetQuote -c 50 on 1 conn: server CPU per call"))
+            .expect("CPU row");
+        assert!(line.ends_with("0.50×  0.25×"), "{line}");
+        let errors = text
+            .lines()
+            .find(|l| l.starts_with("errors"))
+            .expect("errors row");
+        let cells: Vec<&str> = errors.split_whitespace().collect();
+        assert!(cells.ends_with(&["-", "-"]), "{errors}");
     }
 
     #[test]

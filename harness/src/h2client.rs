@@ -66,14 +66,28 @@ impl Default for ReceiveWindows {
 impl H2Conn {
     /// Connects with these receive windows, within [`CONNECT_TIMEOUT`].
     pub async fn connect(addr: SocketAddr, windows: ReceiveWindows) -> Result<Self, Error> {
+        Self::connect_with(addr, windows, None).await
+    }
+
+    /// [`Self::connect`], also advertising SETTINGS_MAX_FRAME_SIZE
+    /// `max_frame` (16,384 bytes, the protocol's default, if `None`), so the
+    /// server may send DATA frames up to that size.
+    pub async fn connect_with(
+        addr: SocketAddr,
+        windows: ReceiveWindows,
+        max_frame: Option<u32>,
+    ) -> Result<Self, Error> {
         let setup = async {
             let tcp = TcpStream::connect(addr).await?;
             tcp.set_nodelay(true)?;
-            let (send, connection) = h2::client::Builder::new()
+            let mut builder = h2::client::Builder::new();
+            builder
                 .initial_window_size(windows.stream)
-                .initial_connection_window_size(windows.connection)
-                .handshake::<_, Bytes>(tcp)
-                .await?;
+                .initial_connection_window_size(windows.connection);
+            if let Some(max_frame) = max_frame {
+                builder.max_frame_size(max_frame);
+            }
+            let (send, connection) = builder.handshake::<_, Bytes>(tcp).await?;
             Ok::<_, Error>((send, connection))
         };
         let (send, connection) = tokio::time::timeout(CONNECT_TIMEOUT, setup)

@@ -2,16 +2,19 @@
 //! attacker or a load test would, on loopback only, and the raw HTTP/2
 //! client behind them, which the server's own tests can reuse.
 //!
-//! Two binaries sit on top:
+//! Three binaries sit on top:
 //! - `abuse` runs the attacks of issues 6 and 14 one by one (`stall`,
 //!   `madeyoureset`, `fdflood`, `nopreface`, `slowbody`, `contenttype`,
-//!   `pingflood`, `tcpstall`, `lockout`) and prints one JSON line each: what the server did, its
-//!   peak memory, and how a well-behaved client fared meanwhile.
+//!   `pingflood`, `bigframes`, `wuflood`, `tcpstall`, `lockout`) and prints
+//!   one JSON line each: what the server did, its peak memory, and how a
+//!   well-behaved client fared meanwhile.
 //! - `bench` measures server CPU per call, latency and memory per idle
 //!   connection, for one server or two side by side.
+//! - `link-chart` measures the catalog over emulated links and a sweep of
+//!   receive windows, and draws the figures of `docs/network.md`.
 //!
-//! Both read a local server's memory and CPU from `/proc`, and both refuse a
-//! target that is not a loopback address.
+//! `abuse` and `bench` read a local server's memory and CPU from `/proc`,
+//! and all three refuse a target that is not a loopback address.
 //!
 //! # Layout
 //! - [`frame`]: HTTP/2 frames as bytes: types, flags, error codes, encoding,
@@ -30,14 +33,19 @@
 //! - [`target`]: the loopback-only target address.
 //! - [`attacks`]: the attacks, one module each, and their report line.
 //! - [`bench`]: the benchmark runs and their table.
+//! - [`link_chart`]: the catalog over emulated links and the window sweep,
+//!   measured for `link-chart`.
+//! - [`chart`]: those measurements drawn as SVG (`docs/figures/`).
 
 pub mod attacks;
 pub mod bench;
+pub mod chart;
 pub mod frame;
 pub mod grpc;
 pub mod h2client;
 pub mod hpack;
 pub mod latency;
+pub mod link_chart;
 pub mod monitor;
 pub mod probe;
 pub mod procfs;

@@ -236,6 +236,41 @@ pub struct Sample {
     pub cpu_ticks: u64,
 }
 
+/// One thread's CPU time so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadCpu {
+    pub tid: u32,
+    /// The thread's name (`comm`), e.g. `routing-worker-1`; the main
+    /// thread's is the executable's.
+    pub name: String,
+    /// utime + stime, in [`USER_HZ`] ticks.
+    pub cpu_ticks: u64,
+}
+
+/// Each thread's share of the CPU used between two [`Process::threads`]
+/// readings, largest first, as (name, fraction of the total); threads that
+/// used none are left out. Empty when no CPU was used at all.
+pub fn thread_shares(before: &[ThreadCpu], after: &[ThreadCpu]) -> Vec<(String, f64)> {
+    let used: Vec<(String, u64)> = after
+        .iter()
+        .map(|t| {
+            let earlier = before
+                .iter()
+                .find(|b| b.tid == t.tid)
+                .map_or(0, |b| b.cpu_ticks);
+            (t.name.clone(), t.cpu_ticks.saturating_sub(earlier))
+        })
+        .filter(|(_, ticks)| *ticks > 0)
+        .collect();
+    let total: u64 = used.iter().map(|(_, ticks)| ticks).sum();
+    let mut shares: Vec<(String, f64)> = used
+        .into_iter()
+        .map(|(name, ticks)| (name, ticks as f64 / total as f64))
+        .collect();
+    shares.sort_by(|a, b| b.1.total_cmp(&a.1));
+    shares
+}
+
 /// A process on this machine, read through `/proc/PID`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Process {
@@ -259,6 +294,31 @@ impl Process {
             hwm: status_bytes(&status, "VmHWM")?,
             cpu_ticks: stat_cpu_ticks(&self.read("stat").ok()?)?,
         })
+    }
+
+    /// CPU time used so far by each of its threads, with the thread's name
+    /// (`/proc/PID/task/TID/{stat,comm}`). Threads that end between the
+    /// listing and the read are left out.
+    pub fn threads(&self) -> Vec<ThreadCpu> {
+        let Ok(tasks) = fs::read_dir(format!("/proc/{}/task", self.pid)) else {
+            return Vec::new();
+        };
+        let mut threads: Vec<ThreadCpu> = tasks
+            .flatten()
+            .filter_map(|task| {
+                let tid = task.file_name().to_str()?.parse().ok()?;
+                let cpu_ticks =
+                    stat_cpu_ticks(&fs::read_to_string(task.path().join("stat")).ok()?)?;
+                let name = fs::read_to_string(task.path().join("comm")).ok()?;
+                Some(ThreadCpu {
+                    tid,
+                    name: name.trim().to_string(),
+                    cpu_ticks,
+                })
+            })
+            .collect();
+        threads.sort_by_key(|t| t.tid);
+        threads
     }
 
     /// The executable's short name (`/proc/PID/comm`).
@@ -398,6 +458,38 @@ mod tests {
         assert_eq!(stat_cpu_ticks("4242 (short) S 1 2"), None);
     }
 
+    /// Given two threads that used 30 and 10 ticks between the readings, one
+    /// that used none and one born in between with 10, the shares are
+    /// 60 %, 20 % and 20 %, largest first, and the idle thread is left out.
+    #[test]
+    fn thread_shares_count_only_what_was_used_between_readings() {
+        let thread = |tid, name: &str, cpu_ticks| ThreadCpu {
+            tid,
+            name: name.into(),
+            cpu_ticks,
+        };
+        let before = [
+            thread(1, "main", 100),
+            thread(2, "worker-1", 50),
+            thread(3, "idle", 7),
+        ];
+        let after = [
+            thread(1, "main", 110),
+            thread(2, "worker-1", 80),
+            thread(3, "idle", 7),
+            thread(4, "new", 10),
+        ];
+        assert_eq!(
+            thread_shares(&before, &after),
+            [
+                ("worker-1".to_string(), 0.6),
+                ("main".to_string(), 0.2),
+                ("new".to_string(), 0.2)
+            ]
+        );
+        assert!(thread_shares(&after, &after).is_empty());
+    }
+
     #[test]
     fn nofile_limits_parse_numbers_and_unlimited() {
         let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
@@ -423,5 +515,10 @@ mod tests {
         assert!(sample.rss > 0 && sample.hwm >= sample.rss);
         assert!(me.open_fds().is_some_and(|n| n > 0));
         assert!(me.nofile_limits().is_some());
+        let threads = me.threads();
+        assert!(
+            threads.iter().any(|t| t.tid == me.pid),
+            "the main thread is listed: {threads:?}"
+        );
     }
 }

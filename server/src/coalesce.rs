@@ -12,6 +12,11 @@
 //! runs again and flushes with nothing new written, or when the buffer is
 //! full, or on shutdown. Small writes (GetQuote answers, control frames)
 //! pass straight through, so they are never delayed.
+//!
+//! The buffer's memory is held only while a burst is being gathered: an
+//! empty buffer is freed, whichever path emptied it (the flush that ends a
+//! burst, a frame too large to gather, shutdown). So an idle connection
+//! holds no write buffer, however large its last response was.
 
 use std::{
     io,
@@ -45,8 +50,26 @@ impl<T> Coalesce<T> {
     }
 }
 
+impl<T> Coalesce<T> {
+    /// Gives the buffer's memory back once nothing is left in it.
+    ///
+    /// Not called by [`Self::poll_drain`] itself: a drain in the middle of a
+    /// burst (the buffer is full and the next frame is waiting) is followed
+    /// at once by a refill, and freeing there would mean allocating
+    /// [`COALESCE_BYTES`] again for every 256 KiB sent. The burst ends at a
+    /// flush, or with a frame too large to gather; both free it here. So the
+    /// hot path allocates once per burst, and an idle connection holds
+    /// nothing.
+    fn release_if_empty(&mut self) {
+        if self.buf.is_empty() && self.buf.capacity() > 0 {
+            self.buf = Vec::new();
+        }
+    }
+}
+
 impl<T: AsyncWrite + Unpin> Coalesce<T> {
-    /// Writes out everything buffered.
+    /// Writes out everything buffered. The buffer keeps its capacity (see
+    /// [`Self::release_if_empty`]).
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.sent < self.buf.len() {
             let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buf[self.sent..]))?;
@@ -93,6 +116,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesce<T> {
         if this.buf.len() + len > COALESCE_BYTES {
             ready!(this.poll_drain(cx))?;
             if len > COALESCE_BYTES {
+                // Too large to gather (a client allowed frames above 256
+                // KiB): it goes out as it is, and the drained buffer is not
+                // needed for it. Kept, it would live as long as the
+                // connection, since no later flush would find it non-empty.
+                this.release_if_empty();
                 return Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
             }
         }
@@ -120,16 +148,16 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesce<T> {
                 return Poll::Ready(Ok(()));
             }
             ready!(this.poll_drain(cx))?;
-            // The burst is over: give the memory back until the next one.
-            this.buf = Vec::new();
         }
+        // The burst is over: give the memory back until the next one.
+        this.release_if_empty();
         Pin::new(&mut this.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         ready!(this.poll_drain(cx))?;
-        this.buf = Vec::new();
+        this.release_if_empty();
         Pin::new(&mut this.inner).poll_shutdown(cx)
     }
 }
@@ -239,6 +267,11 @@ mod tests {
         fn wakes(&self) -> usize {
             self.wakes.0.load(Ordering::Relaxed)
         }
+
+        /// Bytes of write buffer the connection holds.
+        fn held(&self) -> usize {
+            self.io.buf.capacity()
+        }
     }
 
     const FRAME: usize = 16 * 1024;
@@ -270,11 +303,7 @@ mod tests {
         assert_eq!(sent[0], 1);
         assert_eq!(sent[9 + FRAME], 2);
         assert_eq!(sent[sent.len() - 1], 3);
-        assert_eq!(
-            h.io.buf.capacity(),
-            0,
-            "the buffer is freed after the burst"
-        );
+        assert_eq!(h.held(), 0, "the buffer is freed after the burst");
     }
 
     #[test]
@@ -286,15 +315,60 @@ mod tests {
             h.write_frame(7, FRAME);
         }
         assert!(h.written().is_empty());
+        let gathering = h.io.buf.as_ptr();
         h.write_frame(8, FRAME);
         assert_eq!(
             h.written(),
             [fit * per_frame],
             "the full buffer went out first"
         );
+        assert_eq!(
+            h.io.buf.as_ptr(),
+            gathering,
+            "mid-burst, the drained buffer is refilled, not allocated again"
+        );
         h.flush();
         h.flush();
         assert_eq!(h.written(), [fit * per_frame, per_frame]);
+        assert_eq!(h.held(), 0, "the buffer is freed after the burst");
+    }
+
+    /// Issue 14, attack A: a client allows 16 MiB frames and asks for two
+    /// pages at once. Given a frame gathered in the buffer, when a frame
+    /// larger than the buffer follows, then the gathered frame goes out
+    /// first, the large one straight after it, and the buffer they passed
+    /// through is freed at once, not kept for the life of the connection.
+    #[test]
+    fn a_frame_too_large_to_gather_leaves_no_buffer_behind() {
+        let mut h = Harness::new(None);
+        h.write_frame(1, FRAME);
+        assert_eq!(h.held(), COALESCE_BYTES, "gathering");
+
+        // When: a frame one byte larger than the buffer.
+        let large = COALESCE_BYTES - 8;
+        assert_eq!(h.write_frame(2, large), 9 + large);
+
+        // Then: both are written, in order, and no buffer is held.
+        assert_eq!(h.written(), [9 + FRAME, 9 + large]);
+        assert_eq!(h.io.inner.writes[1][0], 2);
+        assert_eq!(h.held(), 0, "freed by the direct write itself");
+        h.flush();
+        assert_eq!(h.held(), 0);
+        assert_eq!(h.written().len(), 2, "nothing was left to write");
+    }
+
+    /// Large frames only, each too large to gather: none of them allocates
+    /// a buffer at all.
+    #[test]
+    fn frames_too_large_to_gather_never_allocate() {
+        let mut h = Harness::new(None);
+        for fill in 1..=3 {
+            h.write_frame(fill, 2 * COALESCE_BYTES);
+            h.flush();
+            assert_eq!(h.held(), 0, "frame {fill}");
+        }
+        assert_eq!(h.written(), [9 + 2 * COALESCE_BYTES; 3]);
+        assert_eq!(h.wakes(), 0, "nothing held, so no second pass");
     }
 
     #[test]
@@ -306,6 +380,7 @@ mod tests {
         h.flush();
         assert_eq!(h.written(), [9 + FRAME + 19]);
         assert_eq!(*h.io.inner.writes[0].last().expect("bytes"), 2);
+        assert_eq!(h.held(), 0);
     }
 
     #[test]
@@ -318,6 +393,7 @@ mod tests {
         assert!(matches!(shut, Poll::Ready(Ok(()))));
         assert_eq!(h.written(), [9 + FRAME]);
         assert!(h.io.inner.shut_down);
+        assert_eq!(h.held(), 0);
     }
 
     #[test]
@@ -327,5 +403,6 @@ mod tests {
         h.flush();
         h.flush();
         assert_eq!(h.written(), [5000, 5000, 5000, 9 + FRAME - 15_000]);
+        assert_eq!(h.held(), 0);
     }
 }

@@ -3,15 +3,23 @@
 //!
 //! - [`incoming`] is the accept loop. It caps connections served at once
 //!   (above the cap a new connection is closed at once) and backs off on
-//!   accept errors such as `EMFILE` instead of spinning.
+//!   accept errors such as `EMFILE` instead of spinning. It yields each
+//!   connection as [`Accepted`], a socket bound to no runtime yet, so the
+//!   server can hand it to the worker that will serve it
+//!   ([`crate::server`]).
 //! - [`Connection`] wraps each accepted stream and watches its frames in
 //!   both directions with [`h2_frames::FrameTracker`]:
 //!   - **handshake timeout**: no preface, SETTINGS and acknowledgement of
 //!     the server's SETTINGS in time, closed (RFC 9113 §6.5.3 allows this
 //!     `SETTINGS_TIMEOUT`; a client that never reads never acknowledges);
-//!   - **ping floor** ([`PingPolicy`]): the third PING strike gets GOAWAY
-//!     `ENHANCE_YOUR_CALM` `too_many_pings`, written between two outgoing
-//!     frames, and the connection is closed once it is written;
+//!   - **ping floor** ([`PingPolicy`]): the third PING strike gets that
+//!     PING's ACK, then GOAWAY `ENHANCE_YOUR_CALM` `too_many_pings`, written
+//!     between two outgoing frames, and the connection is closed once it is
+//!     written;
+//!   - **control-frame budget** ([`ControlFrameBudget`]): frames that make
+//!     no progress (WINDOW_UPDATE on a stream that is not open, SETTINGS,
+//!     PRIORITY) past the budget get GOAWAY `ENHANCE_YOUR_CALM`
+//!     `too_many_control_frames`, written and followed in the same way;
 //!   - **close on request**: [`Closer::close`] ends a connection whose
 //!     response missed its send deadline ([`crate::edge`]);
 //!   - **fewer, larger writes** for bulk responses ([`crate::coalesce`]).
@@ -36,13 +44,19 @@ use tokio::{
 
 use crate::budget::Holder;
 use crate::coalesce::Coalesce;
-use crate::knobs::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, FD_HEADROOM, MAX_PING_STRIKES};
-use h2_frames::{Frame, FrameTracker, GoAway, flag, kind};
+use crate::knobs::{
+    ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, CONTROL_FRAMES_PER_STREAM, FD_HEADROOM,
+    MAX_PING_STRIKES,
+};
+use h2_frames::{Frame, FrameHeader, FrameTracker, GoAway, encode_frame, flag, kind};
 
 /// A ping this much sooner than the floor is still on time: timers and
 /// networks jitter by milliseconds, and a client that pings exactly at the
 /// floor must never be punished for it.
 const PING_FLOOR_TOLERANCE: Duration = Duration::from_millis(100);
+
+/// A PING's payload is exactly 8 opaque bytes (RFC 9113 §6.7).
+const PING_PAYLOAD_LEN: usize = 8;
 
 /// The rules every connection is held to.
 #[derive(Debug, Clone, Copy)]
@@ -54,6 +68,9 @@ pub struct ConnectionPolicy {
     pub min_ping_interval: Option<Duration>,
     /// Whether PINGs are allowed while no call is in flight.
     pub permit_pings_without_calls: bool,
+    /// Control frames that make no progress a connection may send
+    /// ([`ControlFrameBudget`]; `None`: no guard).
+    pub control_frame_budget: Option<u32>,
     /// The kernel closes the connection when its sent bytes stay
     /// unacknowledged this long, zero-window probes included
     /// (`TCP_USER_TIMEOUT`, see [`crate::knobs::KEEPALIVE_TIMEOUT`]).
@@ -136,14 +153,14 @@ pub fn default_max_connections() -> u64 {
     cap
 }
 
-/// Accepts connections on `listener` in a task of its own and yields them
-/// wrapped, at most `max_connections` alive at once. The task ends when the
-/// receiver is dropped, which closes the listening socket.
+/// Accepts connections on `listener` in a task of its own and yields them,
+/// at most `max_connections` alive at once. The task ends when the receiver
+/// is dropped, which closes the listening socket.
 pub fn incoming(
     listener: TcpListener,
     max_connections: u64,
     policy: ConnectionPolicy,
-) -> mpsc::Receiver<Connection> {
+) -> mpsc::Receiver<Accepted> {
     let (tx, rx) = mpsc::channel(1);
     let slots = usize::try_from(max_connections)
         .unwrap_or(usize::MAX)
@@ -161,7 +178,7 @@ async fn accept_loop(
     listener: TcpListener,
     slots: Arc<Semaphore>,
     policy: ConnectionPolicy,
-    tx: mpsc::Sender<Connection>,
+    tx: mpsc::Sender<Accepted>,
 ) {
     let mut backoff: Option<Duration> = None;
     let mut at_cap = false;
@@ -188,7 +205,9 @@ async fn accept_loop(
                 if let Err(e) = stream.set_nodelay(true) {
                     tracing::debug!(%peer, "cannot set TCP_NODELAY: {e}");
                 }
-                let connection = Connection::new(stream, peer, slot, policy);
+                let Some(connection) = Accepted::detach(stream, peer, slot, policy) else {
+                    continue;
+                };
                 if tx.send(connection).await.is_err() {
                     return;
                 }
@@ -207,6 +226,55 @@ async fn accept_loop(
                 }
             }
         }
+    }
+}
+
+/// A connection accepted under the cap, not yet served: its socket belongs
+/// to no runtime, so it may be sent to another thread. [`Accepted::serve`],
+/// called on the thread that will serve it, registers it there, so that
+/// thread's runtime alone reads, writes and wakes it for its whole life.
+#[derive(Debug)]
+pub struct Accepted {
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    slot: OwnedSemaphorePermit,
+    policy: ConnectionPolicy,
+}
+
+impl Accepted {
+    /// Takes the socket out of the accepting runtime (`None`, and the
+    /// connection closed, if the kernel refuses, which it does not in
+    /// practice).
+    fn detach(
+        stream: TcpStream,
+        peer: SocketAddr,
+        slot: OwnedSemaphorePermit,
+        policy: ConnectionPolicy,
+    ) -> Option<Self> {
+        match stream.into_std() {
+            Ok(stream) => Some(Self {
+                stream,
+                peer,
+                slot,
+                policy,
+            }),
+            Err(e) => {
+                tracing::debug!(%peer, "cannot hand the connection on: {e}");
+                None
+            }
+        }
+    }
+
+    /// Registers the socket with the runtime this is called on (it must be
+    /// called inside one) and applies the connection's policies.
+    pub fn serve(self) -> io::Result<Connection> {
+        // into_std left the socket non-blocking, as from_std requires.
+        let stream = TcpStream::from_std(self.stream)?;
+        Ok(Connection::new(stream, self.peer, self.slot, self.policy))
+    }
+
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
     }
 }
 
@@ -288,6 +356,83 @@ impl PingPolicy {
     }
 }
 
+/// The control-frame budget ([`crate::knobs::CONTROL_FRAME_BUDGET`]). A
+/// frame that makes no progress ([`makes_no_progress`]) spends one; each
+/// stream the client opens adds [`CONTROL_FRAMES_PER_STREAM`] back, up to
+/// the budget and never above it. The frame that finds nothing left is one
+/// too many.
+///
+/// The allowance grows with real work, not with time, as in Envoy's rule
+/// for WINDOW_UPDATEs (allowed: 1 + 2 × (streams opened + 10 × DATA frames
+/// sent), in `protocol_constraints.cc`): a client that sends nothing but
+/// such frames runs out however slowly it sends them. Unlike Envoy's running
+/// total, it cannot be saved up: a connection that has opened a million
+/// streams still has at most the budget to spend. h2's own limits do not
+/// cover this: `max_local_error_reset_streams` and
+/// `max_pending_accept_reset_streams` count resets, and h2 drops a
+/// WINDOW_UPDATE on a closed stream without resetting anything. grpc-go
+/// does not police it either; it only stops reading while more than 50
+/// answers to control frames wait to be written
+/// (`maxQueuedTransportResponseFrames`), which bounds memory, not CPU.
+#[derive(Debug, Clone)]
+pub struct ControlFrameBudget {
+    budget: u32,
+    /// Frames that make no progress this connection may still send.
+    no_progress_frames_left: u32,
+}
+
+/// What to do about one frame that makes no progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlVerdict {
+    Fine,
+    /// The budget is spent: GOAWAY `too_many_control_frames`.
+    TooMany,
+}
+
+impl ControlFrameBudget {
+    pub fn new(budget: u32) -> Self {
+        Self {
+            budget,
+            no_progress_frames_left: budget,
+        }
+    }
+
+    /// The client opened a stream: real work, which earns a few frames.
+    pub fn on_stream_opened(&mut self) {
+        self.no_progress_frames_left = self
+            .no_progress_frames_left
+            .saturating_add(CONTROL_FRAMES_PER_STREAM)
+            .min(self.budget);
+    }
+
+    /// A frame that makes no progress arrived.
+    pub fn on_no_progress_frame(&mut self) -> ControlVerdict {
+        match self.no_progress_frames_left.checked_sub(1) {
+            Some(left) => {
+                self.no_progress_frames_left = left;
+                ControlVerdict::Fine
+            }
+            None => ControlVerdict::TooMany,
+        }
+    }
+}
+
+/// Whether a frame from the client moves no bytes and starts no call:
+/// - a WINDOW_UPDATE on a stream that is not open (closed, refused, never
+///   opened): there is nothing on it to send. On an open stream, or on the
+///   connection (stream 0), it lets data flow, and is never counted;
+/// - a SETTINGS frame (not an ack): the first is the handshake, a few more
+///   change windows; a stream of them only costs the server ACKs;
+/// - a PRIORITY frame: h2 ignores them, and gRPC clients send none.
+pub fn makes_no_progress(header: &FrameHeader, open_streams: &HashSet<u32>) -> bool {
+    match header.kind {
+        kind::WINDOW_UPDATE => header.stream_id != 0 && !open_streams.contains(&header.stream_id),
+        kind::SETTINGS => !header.has(flag::ACK),
+        kind::PRIORITY => true,
+        _ => false,
+    }
+}
+
 /// What a handler learns about its connection (tonic puts this in every
 /// request's extensions): the peer, a way to close the connection, and its
 /// account with the response budget.
@@ -317,13 +462,33 @@ impl Closer {
 #[derive(Debug)]
 enum Goaway {
     None,
-    /// Waiting for a frame boundary, or partly written.
+    /// Waiting for a frame boundary, or partly written. `frame` may start
+    /// with other frames that must go first (the ACK of the last PING).
     Pending {
         frame: Vec<u8>,
         written: usize,
     },
     /// Written and the socket shut down: nothing more goes either way.
     Sent,
+}
+
+impl Goaway {
+    fn pending(frame: Vec<u8>) -> Self {
+        Self::Pending { frame, written: 0 }
+    }
+}
+
+/// The ACK of the PING that earned a GOAWAY, then the GOAWAY, as grpc-go's
+/// `handlePing` sends them: the client's round-trip sample is not lost,
+/// and h2's own ACK never goes out, because nothing follows our GOAWAY.
+/// A PING of the wrong size gets no ACK (h2 calls it a FRAME_SIZE_ERROR).
+fn ack_then(ping_payload: &[u8], goaway: GoAway) -> Vec<u8> {
+    let mut frames = Vec::new();
+    if ping_payload.len() == PING_PAYLOAD_LEN {
+        frames = encode_frame(kind::PING, flag::ACK, 0, ping_payload);
+    }
+    frames.extend(goaway.encode());
+    frames
 }
 
 /// An accepted TCP connection with this server's policies applied. hyper
@@ -341,6 +506,8 @@ pub struct Connection {
     handshake: Option<Pin<Box<Sleep>>>,
     handshake_timeout: Duration,
     pings: PingPolicy,
+    /// `None` when the guard is off.
+    control_frames: Option<ControlFrameBudget>,
     /// Streams the client opened that the server has not ended yet.
     open_streams: HashSet<u32>,
     /// Highest stream id the client opened, for GOAWAY's last-stream-id.
@@ -369,11 +536,14 @@ impl Connection {
                 closer,
             },
             _slot: slot,
-            inbound: FrameTracker::client_to_server(),
+            // PING payloads are kept (8 bytes each) to ACK the PING that
+            // earns a GOAWAY before it.
+            inbound: FrameTracker::client_to_server().keeping(kind::PING, PING_PAYLOAD_LEN),
             outbound: FrameTracker::server_to_client(),
             handshake: Some(Box::pin(tokio::time::sleep(policy.handshake_timeout))),
             handshake_timeout: policy.handshake_timeout,
             pings: PingPolicy::new(policy.min_ping_interval, policy.permit_pings_without_calls),
+            control_frames: policy.control_frame_budget.map(ControlFrameBudget::new),
             open_streams: HashSet::new(),
             last_stream_id: 0,
             goaway: Goaway::None,
@@ -386,6 +556,7 @@ impl Connection {
         let Self {
             inbound,
             pings,
+            control_frames,
             open_streams,
             last_stream_id,
             goaway: pending,
@@ -395,11 +566,22 @@ impl Connection {
         let mut settings_acked = false;
         inbound.feed(bytes, |frame: Frame<'_>| {
             let h = frame.header;
+            if let Some(budget) = control_frames.as_mut()
+                && makes_no_progress(&h, open_streams)
+                && budget.on_no_progress_frame() == ControlVerdict::TooMany
+                && matches!(pending, Goaway::None)
+            {
+                tracing::warn!(peer = %info.remote_addr, frame = kind::name(h.kind), "too many control frames: GOAWAY ENHANCE_YOUR_CALM too_many_control_frames");
+                *pending = Goaway::pending(GoAway::too_many_control_frames(*last_stream_id).encode());
+            }
             match h.kind {
                 kind::SETTINGS if h.has(flag::ACK) => settings_acked = true,
                 kind::HEADERS if h.stream_id > *last_stream_id => {
                     *last_stream_id = h.stream_id;
                     open_streams.insert(h.stream_id);
+                    if let Some(budget) = control_frames.as_mut() {
+                        budget.on_stream_opened();
+                    }
                 }
                 kind::RST_STREAM => {
                     open_streams.remove(&h.stream_id);
@@ -411,11 +593,11 @@ impl Connection {
                             tracing::debug!(peer = %info.remote_addr, strikes = n, "ping strike");
                         }
                         PingVerdict::TooMany if matches!(pending, Goaway::None) => {
-                            tracing::warn!(peer = %info.remote_addr, "too many pings: GOAWAY ENHANCE_YOUR_CALM too_many_pings");
-                            *pending = Goaway::Pending {
-                                frame: GoAway::too_many_pings(*last_stream_id).encode(),
-                                written: 0,
-                            };
+                            tracing::warn!(peer = %info.remote_addr, "too many pings: PING ACK, then GOAWAY ENHANCE_YOUR_CALM too_many_pings");
+                            *pending = Goaway::pending(ack_then(
+                                frame.kept,
+                                GoAway::too_many_pings(*last_stream_id),
+                            ));
                         }
                         PingVerdict::TooMany => {}
                     }
@@ -548,7 +730,7 @@ impl AsyncWrite for Connection {
                 ready!(this.poll_send_goaway(cx))?;
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::BrokenPipe,
-                    "connection closed after GOAWAY too_many_pings",
+                    "connection closed after the server's GOAWAY ENHANCE_YOUR_CALM",
                 )));
             }
         };
@@ -675,35 +857,40 @@ mod tests {
 
     use h2_frames::encode_frame as frame;
 
-    /// Given a server that is halfway through writing a DATA frame when a
-    /// client's fourth quick PING arrives, when the server writes on, then
-    /// the client receives the rest of that frame and nothing else of the
-    /// server's, then the GOAWAY too_many_pings, then the end of the stream:
-    /// the GOAWAY lands on a frame boundary, and no frame follows it.
-    #[tokio::test]
-    async fn goaway_waits_for_a_frame_boundary_and_nothing_follows_it() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
+    /// A loopback TCP connection: the client's end, and the server's end
+    /// wrapped in a [`Connection`] with `policy`.
+    async fn connected(policy: ConnectionPolicy) -> (TcpStream, Connection) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let mut client = TcpStream::connect(listener.local_addr().expect("addr"))
+        let client = TcpStream::connect(listener.local_addr().expect("addr"))
             .await
             .expect("connect");
         let (accepted, peer) = listener.accept().await.expect("accept");
         let slot = Arc::new(Semaphore::new(1))
             .try_acquire_owned()
             .expect("a free slot");
-        let mut server = Connection::new(
-            accepted,
-            peer,
-            slot,
-            ConnectionPolicy {
-                handshake_timeout: Duration::from_secs(10),
-                min_ping_interval: Some(FLOOR),
-                permit_pings_without_calls: true,
-                tcp_user_timeout: None,
-                tcp_notsent_lowat: None,
-            },
-        );
+        (client, Connection::new(accepted, peer, slot, policy))
+    }
+
+    /// Given a server that is halfway through writing a DATA frame when a
+    /// client's fourth quick PING arrives, when the server writes on, then
+    /// the client receives the rest of that frame and nothing else of the
+    /// server's, then the ACK of that fourth PING, then the GOAWAY
+    /// too_many_pings, then the end of the stream: the GOAWAY lands on a
+    /// frame boundary, the PING that earned it is answered first (as grpc-go
+    /// does), and no frame follows the GOAWAY.
+    #[tokio::test]
+    async fn goaway_waits_for_a_frame_boundary_and_nothing_follows_it() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let (mut client, mut server) = connected(ConnectionPolicy {
+            handshake_timeout: Duration::from_secs(10),
+            min_ping_interval: Some(FLOOR),
+            permit_pings_without_calls: true,
+            control_frame_budget: Some(1000),
+            tcp_user_timeout: None,
+            tcp_notsent_lowat: None,
+        })
+        .await;
 
         // The server (standing in for hyper) starts a 100-byte DATA frame.
         let data = frame(kind::DATA, 0, 1, &[7; 100]);
@@ -739,7 +926,146 @@ mod tests {
             .await
             .expect("the client reads to the end");
         let mut expected = data;
+        expected.extend(frame(kind::PING, flag::ACK, 0, &[3; 8]));
         expected.extend(GoAway::too_many_pings(0).encode());
+        assert_eq!(received, expected);
+    }
+
+    fn header(kind: u8, flags: u8, stream_id: u32) -> FrameHeader {
+        FrameHeader {
+            len: 4,
+            kind,
+            flags,
+            stream_id,
+        }
+    }
+
+    /// WINDOW_UPDATEs count only on streams that are not open; SETTINGS
+    /// count unless they are acks; PRIORITY always; real work never.
+    #[test]
+    fn only_frames_that_move_nothing_make_no_progress() {
+        let open: HashSet<u32> = [1, 5].into();
+        let counted = |kind, flags, stream| makes_no_progress(&header(kind, flags, stream), &open);
+        // A download's updates: on its open stream and on the connection.
+        assert!(!counted(kind::WINDOW_UPDATE, 0, 1));
+        assert!(!counted(kind::WINDOW_UPDATE, 0, 0));
+        // Closed (3) or never opened (7, 2^31 - 1).
+        assert!(counted(kind::WINDOW_UPDATE, 0, 3));
+        assert!(counted(kind::WINDOW_UPDATE, 0, 7));
+        assert!(counted(kind::WINDOW_UPDATE, 0, 0x7fff_ffff));
+        assert!(counted(kind::SETTINGS, 0, 0));
+        assert!(!counted(kind::SETTINGS, flag::ACK, 0));
+        assert!(counted(kind::PRIORITY, 0, 9));
+        for kind in [kind::HEADERS, kind::DATA, kind::RST_STREAM, kind::PING] {
+            assert!(!counted(kind, 0, 3), "{}", kind::name(kind));
+        }
+    }
+
+    /// Given a budget of 10, ten frames that make no progress are fine and
+    /// the eleventh is one too many, and stays so.
+    #[test]
+    fn the_frame_past_the_budget_is_one_too_many() {
+        let mut budget = ControlFrameBudget::new(10);
+        for i in 0..10 {
+            assert_eq!(budget.on_no_progress_frame(), ControlVerdict::Fine, "{i}");
+        }
+        assert_eq!(budget.on_no_progress_frame(), ControlVerdict::TooMany);
+        assert_eq!(budget.on_no_progress_frame(), ControlVerdict::TooMany);
+    }
+
+    /// A client that opens streams and sends a few late WINDOW_UPDATEs for
+    /// each (the most any stack sends, 4) never runs out: each stream pays
+    /// for its own, with room to spare.
+    #[test]
+    fn streams_pay_for_their_late_window_updates() {
+        let mut budget = ControlFrameBudget::new(10);
+        for stream in 0..100_000 {
+            budget.on_stream_opened();
+            for _ in 0..4 {
+                assert_eq!(
+                    budget.on_no_progress_frame(),
+                    ControlVerdict::Fine,
+                    "stream {stream}"
+                );
+            }
+        }
+    }
+
+    /// The allowance cannot be saved up: after a million streams, a flood
+    /// still gets exactly the budget, then the GOAWAY.
+    #[test]
+    fn the_allowance_is_never_above_the_budget() {
+        let mut budget = ControlFrameBudget::new(10);
+        for _ in 0..1_000_000 {
+            budget.on_stream_opened();
+        }
+        let fine = (0..100)
+            .take_while(|_| budget.on_no_progress_frame() == ControlVerdict::Fine)
+            .count();
+        assert_eq!(fine, 10);
+    }
+
+    /// Given a client that finished a call on stream 1 and then floods
+    /// WINDOW_UPDATEs on it, when the server reads the flood, then the
+    /// client receives GOAWAY ENHANCE_YOUR_CALM too_many_control_frames and
+    /// the end of the stream, and every later write fails.
+    #[tokio::test]
+    async fn window_updates_on_a_closed_stream_get_the_goaway() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let (mut client, mut server) = connected(ConnectionPolicy {
+            handshake_timeout: Duration::from_secs(10),
+            min_ping_interval: None,
+            permit_pings_without_calls: true,
+            control_frame_budget: Some(10),
+            tcp_user_timeout: None,
+            tcp_notsent_lowat: None,
+        })
+        .await;
+
+        // Stream 1: the client's request, and the server's whole answer.
+        let mut opening = h2_frames::PREFACE.to_vec();
+        opening.extend(frame(kind::SETTINGS, 0, 0, &[]));
+        opening.extend(frame(kind::HEADERS, flag::END_HEADERS, 1, &[0x82]));
+        client.write_all(&opening).await.expect("client writes");
+        let mut buf = [0u8; 1024];
+        let mut seen = 0;
+        while seen < opening.len() {
+            seen += server.read(&mut buf).await.expect("server reads");
+        }
+        let answer = frame(
+            kind::HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            1,
+            &[0x88],
+        );
+        server.write_all(&answer).await.expect("server answers");
+
+        // The flood: SETTINGS spent 1 of 10, stream 1 paid 8 back (up to
+        // 10 again), so the eleventh update is one too many.
+        let mut flood = Vec::new();
+        for _ in 0..20 {
+            flood.extend(frame(kind::WINDOW_UPDATE, 0, 1, &1u32.to_be_bytes()));
+        }
+        client.write_all(&flood).await.expect("client floods");
+        let mut seen = 0;
+        while seen < flood.len() {
+            let n = server.read(&mut buf).await.expect("server reads");
+            if n == 0 {
+                break;
+            }
+            seen += n;
+        }
+        // Whatever hyper writes next finds the GOAWAY first.
+        assert!(server.write(b"anything").await.is_err());
+
+        let mut received = Vec::new();
+        client
+            .read_to_end(&mut received)
+            .await
+            .expect("the client reads to the end");
+        let mut expected = answer;
+        expected.extend(GoAway::too_many_control_frames(1).encode());
         assert_eq!(received, expected);
     }
 

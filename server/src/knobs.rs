@@ -66,6 +66,40 @@ pub const PERMIT_PINGS_WITHOUT_CALLS: bool = true;
 /// the behaviour clients are written against, not a tuning knob.
 pub const MAX_PING_STRIKES: u32 = 2;
 
+/// Control frames that make no progress a connection may send before it is
+/// sent away: 1,000 at any moment, topped up by [`CONTROL_FRAMES_PER_STREAM`]
+/// for every stream the client opens (never above 1,000 again).
+///
+/// Counted: WINDOW_UPDATE on a stream that is not open (closed, refused or
+/// never opened), SETTINGS (the first one included) and PRIORITY. None moves
+/// a byte or starts a call, and h2 counts none of them: it drops a
+/// WINDOW_UPDATE on a closed stream without a word, so no reset limit ever
+/// fires. Yet each costs a frame parse (a SETTINGS, an ACK too), so one
+/// connection could keep the server's core busy with them; four pushed
+/// another client's GetQuote p99 from under 1 ms to 114 ms (issue 14).
+///
+/// Past the budget the connection gets GOAWAY `ENHANCE_YOUR_CALM` with
+/// debug data `too_many_control_frames` and is closed, exactly as for the
+/// ping floor. A well-behaved client never comes near it: WINDOW_UPDATEs on
+/// open streams and on the connection itself (a large download sends
+/// hundreds) are not counted, a stream's late WINDOW_UPDATEs are paid for by
+/// the stream, and SETTINGS comes once plus a few window changes. 1,000 is
+/// nghttp2's bound on queued SETTINGS and PING acks (`max_outbound_ack`).
+/// `--control-frame-budget 0` turns the guard off.
+pub const CONTROL_FRAME_BUDGET: u32 = 1000;
+
+/// What each stream a client opens adds back to its control-frame budget: 8.
+///
+/// A stream can earn the server WINDOW_UPDATEs after its end: those the
+/// client sent for data it read before it saw the end. That data is at most
+/// one window, and clients send an update per half window (h2, Netty) or
+/// per quarter (grpc-go), so at most 4 per stream; 8 is twice that, and
+/// leaves room for a PRIORITY frame. Fixed on purpose, like
+/// [`MAX_PING_STRIKES`]: it describes clients, it is not a tuning knob.
+/// Envoy's rule has the same shape (WINDOW_UPDATEs allowed grow with the
+/// streams opened and the DATA frames sent).
+pub const CONTROL_FRAMES_PER_STREAM: u32 = 8;
+
 /// Streams a client may have open at once on one connection: 100.
 ///
 /// tonic advertises no `SETTINGS_MAX_CONCURRENT_STREAMS`, so without this a
@@ -184,17 +218,30 @@ pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// The longest wait between two failing accepts.
 pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// Threads that run the server: 1, a tokio current-thread runtime.
+/// Threads that serve connections: by default one per CPU this process may
+/// use, `std::thread::available_parallelism()`, which honours cgroup CPU
+/// quotas (a container limited to 2 CPUs gets 2) and CPU affinity. The number
+/// and its reason are logged at start-up.
 ///
-/// Measured with 50 concurrent GetQuote calls on the 2-core test machine:
-/// 14 µs of server CPU per call on one thread, against 21 to 25 µs on tokio's
-/// multi-thread runtime, which wakes the connection after each response and
-/// so writes each one in its own syscall (1 `writev` per call instead of 0.1).
-/// Throughput under ghz was the same. The cost: the server uses at most one
-/// core, and a gzipped full catalog (about 2.5 ms of CPU) holds up other calls
-/// while it compresses. Where one core is not enough, raise it: more than 1
-/// runs tokio's multi-thread runtime with that many workers.
-pub const WORKER_THREADS: usize = 1;
+/// Each worker is a tokio current-thread runtime, and each connection is
+/// served by one worker for its whole life (see [`crate::workers`]), so a
+/// response never crosses threads and a worker costs about what one thread
+/// does per call. tokio's multi-thread runtime, which this replaced, moved work
+/// between threads and woke a connection after each response, writing each
+/// one in its own syscall. Measured on the 2-core test machine (ghz, GetQuote,
+/// 50 calls in flight over 10 connections, 3 rounds, other builds running):
+/// 2 workers used 1.01 to 1.14 times the server CPU per call of 1 worker and
+/// made 0.48 to 0.52 reads and writes per call (1 worker: 0.47 to 0.48);
+/// the multi-thread runtime used 1.08 to 1.29 times, with 1.27. The cost:
+/// one HTTP/2 connection uses at most one core, however busy it is, so a
+/// client needs at least as many connections as the server has workers.
+/// `--worker-threads 1` serves everything on the thread that calls
+/// [`crate::run`], exactly as a single-threaded server.
+pub const WORKER_THREADS: Option<usize> = None;
+
+/// The thread count when `available_parallelism()` cannot tell (it fails on
+/// some exotic platforms): 1, which is always safe.
+pub const WORKER_THREADS_FALLBACK: usize = 1;
 
 /// Bytes of large DATA frames gathered into one write on a connection:
 /// 256 KiB (see [`crate::coalesce`]).
@@ -223,8 +270,8 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// environment variable so readers can experiment without recompiling.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Config {
-    /// Address to listen on.
-    #[arg(long, env = "ROUTING_LISTEN", default_value = DEFAULT_LISTEN)]
+    /// Address to listen on, as host:port (127.0.0.1:9180, 0.0.0.0:9000, localhost:9180).
+    #[arg(long, env = "ROUTING_LISTEN", default_value = DEFAULT_LISTEN, value_parser = listen_address)]
     pub listen: std::net::SocketAddr,
 
     /// Largest response message the server encodes, in bytes (send cap).
@@ -254,6 +301,12 @@ pub struct Config {
     #[arg(long, env = "ROUTING_PERMIT_PINGS_WITHOUT_CALLS", default_value_t = PERMIT_PINGS_WITHOUT_CALLS,
           action = clap::ArgAction::Set)]
     pub permit_pings_without_calls: bool,
+
+    /// Control frames that make no progress (WINDOW_UPDATE on a stream that is not
+    /// open, SETTINGS, PRIORITY) a connection may send, plus 8 per stream it opens;
+    /// past it, GOAWAY too_many_control_frames (0 turns the guard off).
+    #[arg(long, env = "ROUTING_CONTROL_FRAME_BUDGET", default_value_t = CONTROL_FRAME_BUDGET)]
+    pub control_frame_budget: u32,
 
     /// Streams a client may open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS).
     #[arg(long, env = "ROUTING_MAX_CONCURRENT_STREAMS", default_value_t = MAX_CONCURRENT_STREAMS,
@@ -309,11 +362,10 @@ pub struct Config {
           value_parser = at_least_one_second)]
     pub handshake_timeout_secs: u64,
 
-    /// Threads that serve calls: 1 is a single-threaded runtime (least CPU per
-    /// call), more is tokio's multi-thread runtime with that many workers.
-    #[arg(long, env = "ROUTING_WORKER_THREADS", default_value_t = WORKER_THREADS,
-          value_parser = at_least_one_thread)]
-    pub worker_threads: usize,
+    /// Threads that serve connections, each connection on one thread for its whole
+    /// life [default: the CPUs this process may use, cgroup quotas included].
+    #[arg(long, env = "ROUTING_WORKER_THREADS", value_parser = at_least_one_thread)]
+    pub worker_threads: Option<usize>,
 
     /// Seconds to let calls in flight finish after SIGTERM or Ctrl+C.
     #[arg(long, env = "ROUTING_DRAIN_SECS", default_value_t = DRAIN_TIMEOUT.as_secs())]
@@ -332,6 +384,25 @@ fn at_least_one_second(text: &str) -> Result<u64, String> {
         Ok(secs) => Ok(secs),
         Err(_) => Err(format!("{text:?} is not a whole number of seconds")),
     }
+}
+
+/// Parses the address to listen on: `host:port`, where the host may be a
+/// name (`localhost:9180`, as the clients' `--target` takes); a name is
+/// resolved once, and the first address it resolves to is used.
+pub fn listen_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let hint = "expected host:port, e.g. 127.0.0.1:9180, 0.0.0.0:9180 or localhost:9180";
+    let text = text.trim();
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let addrs = text
+        .to_socket_addrs()
+        .map_err(|e| format!("{text:?}: {e}; {hint}"))?;
+    addrs
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{text:?} resolves to no address; {hint}"))
 }
 
 /// Parses a thread count of at least 1.
@@ -359,6 +430,11 @@ impl Config {
     /// `None` when the floor is switched off (`--min-ping-interval-secs 0`).
     pub fn min_ping_interval(&self) -> Option<Duration> {
         (self.min_ping_interval_secs > 0).then(|| secs(self.min_ping_interval_secs))
+    }
+
+    /// `None` when the guard is switched off (`--control-frame-budget 0`).
+    pub fn control_frame_budget(&self) -> Option<u32> {
+        (self.control_frame_budget > 0).then_some(self.control_frame_budget)
     }
 
     pub fn send_deadline(&self) -> Duration {
@@ -407,6 +483,7 @@ impl Default for Config {
             keepalive_timeout_secs: KEEPALIVE_TIMEOUT.as_secs(),
             min_ping_interval_secs: MIN_PING_INTERVAL.as_secs(),
             permit_pings_without_calls: PERMIT_PINGS_WITHOUT_CALLS,
+            control_frame_budget: CONTROL_FRAME_BUDGET,
             max_concurrent_streams: MAX_CONCURRENT_STREAMS,
             max_local_error_resets: MAX_LOCAL_ERROR_RESETS,
             response_budget_bytes: RESPONSE_BUDGET_BYTES,
@@ -442,5 +519,23 @@ mod tests {
             Err("must be at least 1 thread".into())
         );
         assert_eq!(at_least_one_thread("4"), Ok(4));
+    }
+
+    /// `--listen` takes what `--target` takes: an address, or a host name
+    /// with a port; anything else is refused with an example.
+    #[test]
+    fn listen_takes_host_names_and_explains_bad_input() {
+        // Given an address or a name, then it is the socket address to bind.
+        assert_eq!(
+            listen_address("0.0.0.0:9000"),
+            Ok("0.0.0.0:9000".parse().expect("address"))
+        );
+        let local = listen_address("localhost:9180").expect("localhost resolves");
+        assert!(local.ip().is_loopback() && local.port() == 9180, "{local}");
+        // Given no port or a port out of range, then the error shows the form.
+        for bad in ["localhost", "127.0.0.1", ":9180", "localhost:99999"] {
+            let err = listen_address(bad).expect_err(bad);
+            assert!(err.contains("e.g. 127.0.0.1:9180"), "{bad}: {err}");
+        }
     }
 }

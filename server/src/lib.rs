@@ -21,6 +21,8 @@
 //! - [`server`]: [`run`] assembles routing, health and reflection, applies
 //!   h2's own guards, and drains on shutdown; [`LocalServer`] runs it on a
 //!   free port for tests.
+//! - [`workers`]: thread-per-core serving: one current-thread runtime per
+//!   worker, each connection on one worker for its whole life.
 //! - [`probe`]: the health probe behind `routing-server probe`.
 //! - [`shutdown`]: Ctrl+C and SIGTERM.
 
@@ -36,6 +38,7 @@ pub mod quote;
 pub mod server;
 pub mod service;
 pub mod shutdown;
+pub mod workers;
 
 pub use knobs::Config;
 pub use server::{LocalServer, run};

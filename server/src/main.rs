@@ -16,7 +16,6 @@ use std::{io::IsTerminal, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
 use routing_server::{Config, probe::probe, shutdown};
-use tokio::net::TcpListener;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tracing_subscriber::EnvFilter;
 
@@ -33,9 +32,9 @@ struct Cli {
 enum Command {
     /// Check the server's gRPC health; exit 0 only when it is SERVING.
     Probe {
-        /// Server to check, as host:port.
-        #[arg(long, env = "ROUTING_PROBE_ADDR", default_value = routing_server::knobs::DEFAULT_LISTEN)]
-        addr: String,
+        /// Server to check, as host:port (`--addr` is accepted too).
+        #[arg(long, visible_alias = "addr", env = "ROUTING_PROBE_ADDR", default_value = routing_server::knobs::DEFAULT_LISTEN)]
+        target: String,
         /// Seconds to wait for the answer.
         #[arg(long, default_value_t = 3)]
         timeout_secs: u64,
@@ -61,9 +60,14 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    // The runtime is a knob (knobs::WORKER_THREADS), so it is built here,
-    // after the flags are read, rather than by #[tokio::main].
-    let runtime = match runtime(cli.config.worker_threads) {
+    // One thread: the acceptor, health, the drain and worker 0. The other
+    // workers (knobs::WORKER_THREADS) are threads with runtimes of their own
+    // that routing_server::run starts, so that each connection stays on one
+    // thread (see routing_server::workers).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             tracing::error!("cannot start the tokio runtime: {e}");
@@ -73,31 +77,20 @@ fn main() -> ExitCode {
     runtime.block_on(run(cli))
 }
 
-/// One thread runs every task, or tokio's multi-thread runtime with `workers`.
-fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = if workers == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder.worker_threads(workers);
-        builder
-    };
-    builder.enable_all().build()
-}
-
 async fn run(cli: Cli) -> ExitCode {
     let outcome = match cli.command {
-        Some(Command::Probe { addr, timeout_secs }) => {
-            probe(&addr, Duration::from_secs(timeout_secs))
-                .await
-                .and_then(|status| {
-                    tracing::info!(%addr, ?status, "health");
-                    match status {
-                        ServingStatus::Serving => Ok(()),
-                        other => Err(format!("{addr} is {}", other.as_str_name()).into()),
-                    }
-                })
-        }
+        Some(Command::Probe {
+            target,
+            timeout_secs,
+        }) => probe(&target, Duration::from_secs(timeout_secs))
+            .await
+            .and_then(|status| {
+                tracing::info!(%target, ?status, "health");
+                match status {
+                    ServingStatus::Serving => Ok(()),
+                    other => Err(format!("{target} is {}", other.as_str_name()).into()),
+                }
+            }),
         None => serve(cli.config).await,
     };
     match outcome {
@@ -110,8 +103,6 @@ async fn run(cli: Cli) -> ExitCode {
 }
 
 async fn serve(config: Config) -> Result<(), routing_server::server::Error> {
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let listener = routing_server::server::bind(config.listen).await?;
     routing_server::run(listener, config, shutdown::signal()).await
 }

@@ -14,7 +14,7 @@ use std::{
 use hyper::{body::Incoming, server::conn::http2};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::graceful::GracefulShutdown,
+    server::graceful::{GracefulShutdown, Watcher},
     service::TowerToHyperService,
 };
 use routing_contracts::routing::routing_service_server::RoutingServiceServer;
@@ -28,10 +28,11 @@ use tower::{Layer, Service, util::BoxCloneSyncService};
 use crate::{
     budget::ByteBudget,
     catalog::Catalog,
-    connection::{self, ConnectionInfo, ConnectionPolicy},
+    connection::{self, Accepted, ConnectionInfo, ConnectionPolicy},
     edge::{EdgeConfig, EdgeLayer},
     knobs::Config,
     service::{RoutingApi, RoutingServer},
+    workers::{self, Workers},
 };
 
 /// Anything that stops the server from starting or serving.
@@ -39,13 +40,23 @@ pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The routing service with the chapter's message caps and compression.
 pub fn routing_service(config: &Config) -> RoutingServer {
+    routing_server(routing_api(config), config)
+}
+
+/// The catalog and the response budget, behind GetQuote and ListRoutes.
+fn routing_api(config: &Config) -> RoutingApi {
     let response_budget = ByteBudget::with_connection_share(
         "response budget",
         config.response_budget_bytes,
         config.response_share_bytes(),
         Some(config.stalled_holder_after()),
     );
-    let api = RoutingApi::new(Catalog::new(), response_budget, config.send_deadline());
+    RoutingApi::new(Catalog::new(), response_budget, config.send_deadline())
+}
+
+/// The routing service around `api`, which may be shared: a clone shares its
+/// catalog and response budget.
+fn routing_server(api: RoutingApi, config: &Config) -> RoutingServer {
     let service = RoutingServer::new(api)
         // Send cap: tonic's default is unlimited, so set it (see knobs).
         .max_encoding_message_size(config.max_send_bytes)
@@ -66,6 +77,14 @@ pub fn routing_service(config: &Config) -> RoutingServer {
 /// calls in flight may finish, and after `config.drain_timeout()` the server
 /// stops waiting for them.
 ///
+/// Connections are served by `config.worker_threads` workers
+/// ([`crate::workers`]): the runtime this is awaited on accepts every
+/// connection and is worker 0; the others are threads this starts, each with
+/// a current-thread runtime, and stops before it returns. What is global
+/// stays here, on the caller's runtime: the accept loop with its connection
+/// cap and back-off, health, the byte budgets (shared by every worker's copy
+/// of the service) and the drain, which waits for every worker's connections.
+///
 /// hyper serves each connection directly rather than through tonic's
 /// `Server`: tonic adds a router, boxed futures and bodies, and a `date`
 /// header to every call, about 10 % of GetQuote's CPU on the test machine
@@ -73,7 +92,7 @@ pub fn routing_service(config: &Config) -> RoutingServer {
 /// the client's `grpc-timeout`, is done in [`crate::edge`].
 pub async fn run(
     listener: TcpListener,
-    config: Config,
+    mut config: Config,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -87,16 +106,33 @@ pub async fn run(
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(routing_contracts::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            // Each version lists both reflection services, as grpc-go does;
+            // tonic's builder adds only its own. (A file registered twice is
+            // kept once.)
+            .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(
+                tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+            )
     };
-    let services = Services::new(routing_service(&config))
-        .with(health_service)
-        .with(descriptors().build_v1()?)
-        .with(descriptors().build_v1alpha()?);
-    let service = EdgeLayer::new(EdgeConfig {
-        request_budget: ByteBudget::new("request budget", config.request_budget_bytes),
-        request_deadline: config.request_deadline(),
-    })
-    .layer(services);
+    // Every worker gets a service of its own: hyper and tonic clone the
+    // service, and so bump its reference counts, on every call, and counts
+    // shared by two cores would bounce between their caches. What must be
+    // global is shared: the catalog, both byte budgets and health.
+    let api = routing_api(&config);
+    let request_budget = ByteBudget::new("request budget", config.request_budget_bytes);
+    let workers = workers::count(config.worker_threads);
+    config.worker_threads = Some(workers);
+    let worker_service = || -> Result<_, Error> {
+        let services = Services::new(routing_server(api.clone(), &config))
+            .with(health_service.clone())
+            .with(descriptors().build_v1()?)
+            .with(descriptors().build_v1alpha()?);
+        Ok(EdgeLayer::new(EdgeConfig {
+            request_budget: Arc::clone(&request_budget),
+            request_deadline: config.request_deadline(),
+        })
+        .layer(services))
+    };
     let http2 = http2_settings(&config);
 
     let local_addr = listener.local_addr()?;
@@ -113,10 +149,19 @@ pub async fn run(
             // TCP_USER_TIMEOUT is the keepalive timeout, as in grpc-go.
             tcp_user_timeout: Some(config.keepalive_timeout()),
             tcp_notsent_lowat: config.tcp_notsent_lowat(),
+            control_frame_budget: config.control_frame_budget(),
         },
     );
     let connections = GracefulShutdown::new();
-    tracing::info!(%local_addr, ?config, max_connections, "serving shipping.routing.v1.RoutingService");
+    let mut serve = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let (service, http2) = (worker_service()?, http2.clone());
+        serve.push(move |(accepted, watcher)| {
+            serve_connection(accepted, watcher, service.clone(), http2.clone())
+        });
+    }
+    let mut workers = Workers::start(serve)?;
+    tracing::info!(%local_addr, ?config, max_connections, workers = workers.len(), "serving shipping.routing.v1.RoutingService");
 
     let mut shutdown = pin!(shutdown);
     loop {
@@ -125,21 +170,11 @@ pub async fn run(
             connection = incoming.recv() => connection,
         };
         let Some(connection) = connection else { break };
-        let per_call = PerConnection {
-            service: service.clone(),
-            info: connection.info().clone(),
-        };
-        let (http2, watcher) = (http2.clone(), connections.watcher());
-        tokio::spawn(async move {
-            // Built inside the task, not moved into it: a future captured by
-            // an async block and then awaited is stored twice, which cost
-            // 1.4 KiB per connection (measured with massif).
-            let io = TokioIo::new(connection);
-            let serving = http2.serve_connection(io, TowerToHyperService::new(per_call));
-            if let Err(e) = watcher.watch(serving).await {
-                tracing::debug!("connection ended with an error: {e}");
-            }
-        });
+        let peer = connection.peer();
+        // The watcher is made here, before the hand-off, so the drain also
+        // waits for a connection still on its way to its worker.
+        let worker = workers.hand_off((connection, connections.watcher()));
+        tracing::debug!(%peer, worker, live = ?workers.live(), "connection accepted");
     }
 
     // Dropping `incoming` ends the accept loop, which closes the listener:
@@ -158,8 +193,45 @@ pub async fn run(
             tracing::warn!(drain_secs = config.drain_secs, "drain timed out: dropping calls still in flight");
         }
     }
+    workers.stop().await;
     tracing::info!("server stopped");
     Ok(())
+}
+
+/// Serves one connection on the worker it was handed to, until it ends or
+/// the drain closes it.
+async fn serve_connection<S>(
+    accepted: Accepted,
+    watcher: Watcher,
+    service: S,
+    http2: http2::Builder<TokioExecutor>,
+) where
+    S: Service<http::Request<Incoming>, Response = http::Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let peer = accepted.peer();
+    let connection = match accepted.serve() {
+        Ok(connection) => connection,
+        Err(e) => {
+            tracing::debug!(%peer, "cannot serve the connection on this worker: {e}");
+            return;
+        }
+    };
+    let per_call = PerConnection {
+        service,
+        info: connection.info().clone(),
+    };
+    // Built here, inside the connection's task, not moved into it: a future
+    // captured by an async block and then awaited is stored twice, which
+    // cost 1.4 KiB per connection (measured with massif).
+    let io = TokioIo::new(connection);
+    let serving = http2.serve_connection(io, TowerToHyperService::new(per_call));
+    if let Err(e) = watcher.watch(serving).await {
+        tracing::debug!("connection ended with an error: {e}");
+    }
 }
 
 /// hyper's HTTP/2 settings for every connection. With tonic's `Server`
@@ -280,6 +352,19 @@ where
         request.extensions_mut().insert(self.info.clone());
         self.service.call(request)
     }
+}
+
+/// Binds the listening socket. When the port is taken, the error says how
+/// to choose another.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            ": another process listens there; choose another address with --listen HOST:PORT or ROUTING_LISTEN"
+        } else {
+            ""
+        };
+        format!("cannot listen on {addr}: {e}{hint}").into()
+    })
 }
 
 /// A server running in the background on a free loopback port. Integration

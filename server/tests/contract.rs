@@ -1,12 +1,71 @@
 //! The contract as a gRPC client sees it: answers, validation errors and the
-//! exact status codes, over a real socket.
+//! exact status codes, over a real socket. Every scenario that needs no
+//! routing-server knob runs twice: against `routing-server`'s own assembly,
+//! and against the stock tonic server a reader copies
+//! (`server/examples/tonic_server.rs`, compiled into this test).
 
 mod support;
 
+#[allow(dead_code)] // the test calls `serve`; `main` and `Args` are the example's
+#[path = "../examples/tonic_server.rs"]
+mod tonic_server;
+
+use std::net::SocketAddr;
+
 use prost_types::FieldMask;
+use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use routing_contracts::routing::{GetQuoteRequest, Leg, ListRoutesRequest};
 use routing_contracts::types::{CargoItem, Money};
-use tonic::Code;
+use routing_server::LocalServer;
+use tokio::{net::TcpListener, sync::oneshot};
+use tonic::{Code, transport::Channel};
+
+/// The servers the contract must hold for.
+#[derive(Debug, Clone, Copy)]
+enum Under {
+    /// `routing-server`: hyper directly, with the hardening.
+    RoutingServer,
+    /// `tonic_server`: tonic's `Server::builder()` with the same levers.
+    StockTonic,
+}
+
+/// A server under test on a free loopback port; dropping it stops it.
+enum Served {
+    Routing(LocalServer),
+    Tonic {
+        addr: SocketAddr,
+        _stop: oneshot::Sender<()>,
+    },
+}
+
+impl Under {
+    async fn start(self) -> Served {
+        match self {
+            Under::RoutingServer => Served::Routing(support::start().await),
+            Under::StockTonic => {
+                let listener = TcpListener::bind("127.0.0.1:0").await.expect("free port");
+                let addr = listener.local_addr().expect("bound address");
+                let (stop, stopped) = oneshot::channel::<()>();
+                tokio::spawn(tonic_server::serve(listener, async {
+                    // A dropped sender also means "stop".
+                    let _ = stopped.await;
+                }));
+                Served::Tonic { addr, _stop: stop }
+            }
+        }
+    }
+}
+
+impl Served {
+    /// A plain tonic client: every tonic default, including the 4 MiB decode cap.
+    async fn client(&self) -> RoutingServiceClient<Channel> {
+        let url = match self {
+            Served::Routing(server) => server.url(),
+            Served::Tonic { addr, .. } => format!("http://{addr}"),
+        };
+        RoutingServiceClient::new(support::channel_at(url).await)
+    }
+}
 
 fn quote_request(origin: &str, destination: &str, weights: &[f64]) -> GetQuoteRequest {
     GetQuoteRequest {
@@ -34,10 +93,9 @@ fn page(page_size: i32, page_token: &str, mask: &[&str]) -> ListRoutesRequest {
 
 /// Given the chapter's example, when it is quoted, then the formula, the
 /// route id and the single MAERSK leg come back.
-#[tokio::test]
-async fn get_quote_prices_the_chapters_example() {
-    let server = support::start().await;
-    let mut client = support::client(&server).await;
+async fn get_quote_prices_the_chapters_example(under: Under) {
+    let server = under.start().await;
+    let mut client = server.client().await;
 
     let reply = client
         .get_quote(quote_request("NLRTM", "SGSIN", &[400.4]))
@@ -77,10 +135,9 @@ async fn get_quote_prices_the_chapters_example() {
 }
 
 /// Each rule is enforced with INVALID_ARGUMENT and a message naming the field.
-#[tokio::test]
-async fn get_quote_rejects_bad_input_with_invalid_argument() {
-    let server = support::start().await;
-    let mut client = support::client(&server).await;
+async fn get_quote_rejects_bad_input_with_invalid_argument(under: Under) {
+    let server = under.start().await;
+    let mut client = server.client().await;
     let too_many = vec![1.0; 1001];
     let cases: [(GetQuoteRequest, &str); 9] = [
         (quote_request("", "SGSIN", &[1.0]), "origin "),
@@ -124,10 +181,9 @@ async fn get_quote_rejects_bad_input_with_invalid_argument() {
 
 /// The default page is 3 routes with a token; tokens walk to the end; bad
 /// tokens and unknown mask paths are INVALID_ARGUMENT.
-#[tokio::test]
-async fn list_routes_pages_and_validates() {
-    let server = support::start().await;
-    let mut client = support::client(&server).await;
+async fn list_routes_pages_and_validates(under: Under) {
+    let server = under.start().await;
+    let mut client = server.client().await;
 
     let first = client
         .list_routes(page(0, "", &[]))
@@ -176,10 +232,9 @@ async fn list_routes_pages_and_validates() {
 /// The chapter's cap lesson as tonic sees it. A default client (4 MiB decode
 /// cap) gets OUT_OF_RANGE for the 5.0 MB catalog: tonic's code, where grpc-go
 /// and grpc-java say RESOURCE_EXHAUSTED.
-#[tokio::test]
-async fn full_catalog_is_out_of_range_for_a_default_client() {
-    let server = support::start().await;
-    let mut client = support::client(&server).await;
+async fn full_catalog_is_out_of_range_for_a_default_client(under: Under) {
+    let server = under.start().await;
+    let mut client = server.client().await;
 
     let status = client
         .list_routes(page(25, "", &[]))
@@ -198,10 +253,10 @@ async fn full_catalog_is_out_of_range_for_a_default_client() {
 
 /// With gzip the 5.0 MB catalog arrives as a few kB, so the length check
 /// passes; the limit bites after decompression, as RESOURCE_EXHAUSTED.
-#[tokio::test]
-async fn gzipped_full_catalog_is_resource_exhausted_for_a_default_client() {
-    let server = support::start().await;
-    let mut client = support::client(&server)
+async fn gzipped_full_catalog_is_resource_exhausted_for_a_default_client(under: Under) {
+    let server = under.start().await;
+    let mut client = server
+        .client()
         .await
         .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
 
@@ -214,10 +269,10 @@ async fn gzipped_full_catalog_is_resource_exhausted_for_a_default_client() {
 }
 
 /// Raising the client's cap to 16 MiB, where it is needed, lets it through.
-#[tokio::test]
-async fn full_catalog_fits_a_16_mib_client() {
-    let server = support::start().await;
-    let mut client = support::client(&server)
+async fn full_catalog_fits_a_16_mib_client(under: Under) {
+    let server = under.start().await;
+    let mut client = server
+        .client()
         .await
         .max_decoding_message_size(16 * support::MIB);
 
@@ -235,10 +290,9 @@ async fn full_catalog_fits_a_16_mib_client() {
 
 /// Shrinking beats raising: the same 25 routes with only id and price fit a
 /// default 4 MiB client.
-#[tokio::test]
-async fn masked_full_catalog_fits_a_default_client() {
-    let server = support::start().await;
-    let mut client = support::client(&server).await;
+async fn masked_full_catalog_fits_a_default_client(under: Under) {
+    let server = under.start().await;
+    let mut client = server.client().await;
 
     let reply = client
         .list_routes(page(25, "", &["routes.id", "routes.price"]))
@@ -286,10 +340,9 @@ async fn send_cap_stops_oversized_responses_at_the_server() {
 }
 
 /// The receive cap stays at 4 MiB: a 5 MB request is refused.
-#[tokio::test]
-async fn receive_cap_refuses_oversized_requests() {
-    let server = support::start().await;
-    let mut client = support::client(&server).await;
+async fn receive_cap_refuses_oversized_requests(under: Under) {
+    let server = under.start().await;
+    let mut client = server.client().await;
     let mut request = quote_request("NLRTM", "SGSIN", &[1.0]);
     request.cargo[0].description = "X".repeat(5_000_000);
 
@@ -302,10 +355,10 @@ async fn receive_cap_refuses_oversized_requests() {
 }
 
 /// Gzip-compressed requests are accepted.
-#[tokio::test]
-async fn gzip_requests_are_accepted() {
-    let server = support::start().await;
-    let mut client = support::client(&server)
+async fn gzip_requests_are_accepted(under: Under) {
+    let server = under.start().await;
+    let mut client = server
+        .client()
         .await
         .send_compressed(tonic::codec::CompressionEncoding::Gzip);
 
@@ -319,3 +372,33 @@ async fn gzip_requests_are_accepted() {
         Some("NLRTM-SGSIN".into())
     );
 }
+
+/// Each scenario above, once against each server.
+macro_rules! against_both {
+    ($($scenario:ident),* $(,)?) => {
+        mod against_routing_server {
+            $(#[tokio::test]
+            async fn $scenario() {
+                super::$scenario(super::Under::RoutingServer).await;
+            })*
+        }
+        mod against_stock_tonic {
+            $(#[tokio::test]
+            async fn $scenario() {
+                super::$scenario(super::Under::StockTonic).await;
+            })*
+        }
+    };
+}
+
+against_both!(
+    get_quote_prices_the_chapters_example,
+    get_quote_rejects_bad_input_with_invalid_argument,
+    list_routes_pages_and_validates,
+    full_catalog_is_out_of_range_for_a_default_client,
+    gzipped_full_catalog_is_resource_exhausted_for_a_default_client,
+    full_catalog_fits_a_16_mib_client,
+    masked_full_catalog_fits_a_default_client,
+    receive_cap_refuses_oversized_requests,
+    gzip_requests_are_accepted,
+);

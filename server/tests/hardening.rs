@@ -21,7 +21,10 @@ use routing_contracts::routing::ListRoutesRequest;
 use routing_server::{Config, LocalServer};
 use tokio::{io::AsyncReadExt, net::TcpStream, time::Instant};
 
-use support::{MIB, client, start_with};
+use support::{
+    FramesCounted, GET_QUOTE, LIST_ROUTES, MIB, client, counted_h2, grpc_request, read_reply,
+    start_with,
+};
 
 /// Long enough for anything that should happen; only a hang takes this long.
 const BOUND: Duration = Duration::from_secs(10);
@@ -401,14 +404,20 @@ async fn ping_every(
     None
 }
 
-fn assert_too_many_pings(goaway: Option<Goaway>) {
+/// GOAWAY ENHANCE_YOUR_CALM, with debug data naming `rule`; returns it.
+fn assert_calm(goaway: Option<Goaway>, rule: &str) -> Goaway {
     let goaway = goaway.expect("a GOAWAY");
     assert_eq!(
         goaway.error_code,
         ErrorCode::ENHANCE_YOUR_CALM,
         "{goaway:?}"
     );
-    assert_eq!(goaway.debug_text(), "too_many_pings");
+    assert_eq!(goaway.debug_text(), rule);
+    goaway
+}
+
+fn assert_too_many_pings(goaway: Option<Goaway>) {
+    assert_calm(goaway, "too_many_pings");
 }
 
 /// With a 1 s floor (the chapter's 5 s, scaled down), a client pinging
@@ -503,8 +512,9 @@ async fn first_refusal(server: &LocalServer, page_size: i32) -> tonic::Status {
 /// every 200 ms, which hyper's keepalive counts as activity. HTTP/2 flow
 /// control never stops the server, but the kernel's unsent queue is bounded
 /// (TCP_NOTSENT_LOWAT), so the page stays in the server, charged: another
-/// client's page does not fit the 3 MiB budget. With a 2 s keepalive
-/// timeout, and so TCP_USER_TIMEOUT 2 s, and the send deadline 10 minutes
+/// client's page does not fit the 3 MiB budget. With an 8 s keepalive
+/// timeout, and so TCP_USER_TIMEOUT 8 s (long enough for a loaded test
+/// machine to see the refusal first), and the send deadline 10 minutes
 /// off, the kernel itself closes the connection, and the budget is free
 /// again.
 #[tokio::test]
@@ -513,7 +523,7 @@ async fn tcp_stalled_readers_stay_charged_until_the_kernel_closes_them() {
         response_budget_bytes: 3 * MIB,
         response_share_percent: 100,
         stalled_holder_secs: 600,
-        keepalive_timeout_secs: 2,
+        keepalive_timeout_secs: 8,
         send_deadline_secs: 600,
         // It never acknowledges SETTINGS either: let the kernel act first.
         handshake_timeout_secs: 600,
@@ -542,7 +552,7 @@ async fn tcp_stalled_readers_stay_charged_until_the_kernel_closes_them() {
     // When the stalled reader keeps sending GetQuote, then its writes start
     // to fail: the server's kernel gave up on it and reset it.
     // The kernel checks at its zero-window probes (0.2 s, doubling), so it
-    // closes the connection at about 3 s; 30 s is only a bound on a hang.
+    // closes the connection at about 12.6 s; 30 s is only a bound on a hang.
     poke_until_closed(&mut stalled, Duration::from_secs(30)).await;
 
     // Then the budget is free for a reader.
@@ -724,4 +734,151 @@ async fn a_stalled_connection_is_closed_to_make_room() {
         !first.is_open() || !second.is_open(),
         "neither stalled connection was closed"
     );
+}
+
+/// The PING that earns too_many_pings is acknowledged before the GOAWAY,
+/// as grpc-go does, so the client's round-trip sample is not lost. Given
+/// the 5 s floor, four quick PINGs, each sent once the previous one is
+/// acked, get four ACKs; the fourth ACK comes right before GOAWAY
+/// too_many_pings, and nothing comes after it.
+#[tokio::test]
+async fn the_ping_that_earns_too_many_pings_is_acked_before_the_goaway() {
+    let server = start_with(Config::default()).await;
+    let mut conn = RawConn::connect(server.addr()).await.expect("connects");
+    conn.handshake().await.expect("handshake");
+
+    // When: four PINGs, one round trip apart.
+    let mut seen = Vec::new();
+    for i in 0..4u8 {
+        conn.send_ping([i; 8]).await.expect("ping");
+        loop {
+            let frame = conn
+                .read_frame(BOUND)
+                .await
+                .expect("a frame")
+                .expect("open");
+            if frame.kind == kind::PING && frame.has_flag(flag::ACK) {
+                seen.push(format!("ack {}", frame.payload[0]));
+                break;
+            }
+        }
+    }
+    // Then: the GOAWAY, and the end of the connection.
+    let goaway = conn.expect_close(BOUND).await.expect("closed");
+    assert_too_many_pings(goaway);
+    assert_eq!(seen, ["ack 0", "ack 1", "ack 2", "ack 3"]);
+}
+
+/// Given a server with a control-frame budget of 50 and a client that has
+/// finished one GetQuote on stream 1, when the client queues `flood` and
+/// writes it, then it gets GOAWAY ENHANCE_YOUR_CALM too_many_control_frames
+/// (stream 1 served) and the connection is closed; another client is served.
+async fn flood_is_sent_away(flood: impl Fn(&mut RawConn)) {
+    let server = start_with(Config {
+        control_frame_budget: 50,
+        ..Config::default()
+    })
+    .await;
+    let authority = server.addr().to_string();
+    let mut conn = RawConn::connect(server.addr()).await.expect("connects");
+    conn.handshake().await.expect("handshake");
+    let writer = conn.writer();
+    writer.queue_headers(1, &grpc_headers(&authority, grpc::GET_QUOTE), false);
+    writer.queue_data(1, &grpc::framed(&sample_quote_request()), true);
+    writer.flush().await.expect("request sent");
+    // The call is over once its trailers (END_STREAM) arrive.
+    loop {
+        let frame = conn
+            .read_frame(BOUND)
+            .await
+            .expect("a frame")
+            .expect("open");
+        if frame.kind == kind::HEADERS && frame.ends_stream() {
+            break;
+        }
+    }
+
+    flood(&mut conn);
+    // The server may close while the flood is still being written.
+    let _ = conn.writer().flush().await;
+
+    let goaway = conn.expect_close(BOUND).await.expect("closed in time");
+    let goaway = assert_calm(goaway, "too_many_control_frames");
+    assert_eq!(goaway.last_stream_id, 1, "stream 1 was served");
+    others_are_served(&server).await;
+}
+
+/// Attack D of issue 14: WINDOW_UPDATEs on a closed stream, which h2 drops
+/// without counting, so no reset limit fires. Past the control-frame budget
+/// the client is sent away.
+#[tokio::test]
+async fn window_updates_on_a_closed_stream_get_enhance_your_calm() {
+    flood_is_sent_away(|conn| {
+        for _ in 0..2000 {
+            conn.writer().queue_window_update(1, 1);
+        }
+    })
+    .await;
+}
+
+/// A SETTINGS flood (each one obliges an ACK) gets the same GOAWAY.
+#[tokio::test]
+async fn a_settings_flood_gets_enhance_your_calm() {
+    flood_is_sent_away(|conn| {
+        for _ in 0..2000 {
+            conn.writer().queue_settings(&[]);
+        }
+    })
+    .await;
+}
+
+/// A large download is never told off, however many WINDOW_UPDATEs it
+/// sends on its open streams and on the connection. Given a control-frame
+/// budget of 20, a client with 64 KiB windows downloads four full pages
+/// (5 MB each) at once on one connection; it sends far more than 20
+/// WINDOW_UPDATEs, every page arrives whole, the server sends no GOAWAY,
+/// and the same connection then serves a GetQuote.
+#[tokio::test]
+async fn a_large_download_is_not_told_off() {
+    let server = start_with(Config {
+        control_frame_budget: 20,
+        ..Config::default()
+    })
+    .await;
+    let (h2, counts) = counted_h2(server.addr()).await;
+
+    // When: four full pages at once, each in a task of its own.
+    let mut pages = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let mut h2 = h2.clone();
+        let request = grpc_request(
+            server.addr(),
+            LIST_ROUTES,
+            &grpc::full_page_request(),
+            false,
+        );
+        pages.spawn(async move {
+            read_reply(h2.send_request(request).await.expect("a response")).await
+        });
+    }
+    let replies = tokio::time::timeout(BOUND, pages.join_all())
+        .await
+        .expect("the pages arrive in time");
+
+    // Then: whole pages, many updates, no GOAWAY.
+    for reply in &replies {
+        assert_eq!(reply.grpc_status.as_deref(), Some("0"));
+        assert!(reply.message.len() > 5_000_000, "{}", reply.message.len());
+    }
+    let stream_updates = FramesCounted::get(&counts.stream_window_updates);
+    let connection_updates = FramesCounted::get(&counts.connection_window_updates);
+    assert!(
+        stream_updates > 20 && connection_updates > 20,
+        "{stream_updates} stream and {connection_updates} connection WINDOW_UPDATEs"
+    );
+    let mut h2 = h2;
+    let quote = grpc_request(server.addr(), GET_QUOTE, &sample_quote_request(), false);
+    let reply = read_reply(h2.send_request(quote).await.expect("a response")).await;
+    assert_eq!(reply.grpc_status.as_deref(), Some("0"));
+    assert_eq!(FramesCounted::get(&counts.goaways), 0);
 }

@@ -12,6 +12,18 @@ use tonic_reflection::pb::{v1, v1alpha};
 
 const ROUTING: &str = "shipping.routing.v1.RoutingService";
 const HEALTH: &str = "grpc.health.v1.Health";
+const REFLECTION_V1: &str = "grpc.reflection.v1.ServerReflection";
+const REFLECTION_V1ALPHA: &str = "grpc.reflection.v1alpha.ServerReflection";
+
+/// What every ListServices reply must hold, in either reflection version:
+/// grpc-go lists both reflection services in both, and so does this server.
+const LISTED: [&str; 4] = [ROUTING, HEALTH, REFLECTION_V1, REFLECTION_V1ALPHA];
+
+fn assert_lists_everything(names: &[&str]) {
+    for name in LISTED {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+}
 
 /// Given a running server, health reports SERVING for the whole server and
 /// for the routing service, and `routing-server probe`'s function agrees.
@@ -50,8 +62,9 @@ async fn probe_fails_when_nothing_listens() {
     assert!(probed.is_err(), "{probed:?}");
 }
 
-/// Reflection v1 lists the routing and health services and can resolve the
-/// imported FieldMask, so grpcurl needs no .proto files.
+/// Reflection v1 lists the routing and health services and both reflection
+/// services, and can resolve the imported FieldMask and the v1alpha
+/// service it lists, so grpcurl needs no .proto files.
 #[tokio::test]
 async fn reflection_v1_lists_services_and_resolves_imports() {
     use v1::{
@@ -70,6 +83,9 @@ async fn reflection_v1_lists_services_and_resolves_imports() {
         ask(MessageRequest::FileContainingSymbol(
             "google.protobuf.FieldMask".into(),
         )),
+        ask(MessageRequest::FileContainingSymbol(
+            REFLECTION_V1ALPHA.into(),
+        )),
     ]);
     let mut replies = reflection
         .server_reflection_info(requests)
@@ -87,23 +103,24 @@ async fn reflection_v1_lists_services_and_resolves_imports() {
         panic!("{listed:?}")
     };
     let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
-    assert!(
-        names.contains(&ROUTING) && names.contains(&HEALTH),
-        "{names:?}"
-    );
+    assert_lists_everything(&names);
 
-    let file = replies
-        .next()
-        .await
-        .expect("a reply")
-        .expect("ok")
-        .message_response;
-    assert!(
-        matches!(file, Some(MessageResponse::FileDescriptorResponse(f)) if !f.file_descriptor_proto.is_empty())
-    );
+    for symbol in ["google.protobuf.FieldMask", REFLECTION_V1ALPHA] {
+        let file = replies
+            .next()
+            .await
+            .expect("a reply")
+            .expect("ok")
+            .message_response;
+        assert!(
+            matches!(&file, Some(MessageResponse::FileDescriptorResponse(f)) if !f.file_descriptor_proto.is_empty()),
+            "{symbol}: {file:?}"
+        );
+    }
 }
 
-/// Reflection v1alpha, for older tools, lists the same services.
+/// Reflection v1alpha, for older tools, lists the same services, both
+/// reflection versions included, and resolves the v1 service it lists.
 #[tokio::test]
 async fn reflection_v1alpha_lists_services() {
     use v1alpha::{
@@ -113,12 +130,16 @@ async fn reflection_v1alpha_lists_services() {
     let server = support::start().await;
     let mut reflection = ServerReflectionClient::new(support::channel(&server).await);
 
-    let request = ServerReflectionRequest {
+    let ask = |message| ServerReflectionRequest {
         host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
+        message_request: Some(message),
     };
+    let requests = tokio_stream::iter([
+        ask(MessageRequest::ListServices(String::new())),
+        ask(MessageRequest::FileContainingSymbol(REFLECTION_V1.into())),
+    ]);
     let mut replies = reflection
-        .server_reflection_info(tokio_stream::once(request))
+        .server_reflection_info(requests)
         .await
         .expect("stream")
         .into_inner();
@@ -133,9 +154,17 @@ async fn reflection_v1alpha_lists_services() {
         panic!("{listed:?}")
     };
     let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+    assert_lists_everything(&names);
+
+    let file = replies
+        .next()
+        .await
+        .expect("a reply")
+        .expect("ok")
+        .message_response;
     assert!(
-        names.contains(&ROUTING) && names.contains(&HEALTH),
-        "{names:?}"
+        matches!(&file, Some(MessageResponse::FileDescriptorResponse(f)) if !f.file_descriptor_proto.is_empty()),
+        "{file:?}"
     );
 }
 

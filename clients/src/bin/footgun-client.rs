@@ -10,12 +10,23 @@
 //!
 //! `connections` is counted on the wire. Compare `median_call_s`, what one
 //! call costs, and `total_s` with `pooled-client`.
+//!
+//! On loopback a new connection costs CPU; on a real network it costs round
+//! trips. Over the emulated `wan` link (20 Mbit/s, 60 ms round trip, see
+//! `routing_clients::link`) the line says how many:
+//!
+//! ```console
+//! $ cargo run --release -p routing-clients --bin footgun-client -- --calls 50 --link wan
+//! {"client":"footgun","link":{"preset":"wan","rtt_ms":60.0,"mbit":20.0,"queue_kib":64},"calls":50,"connections":50,"total_s":6.332594,"median_call_s":0.125884,"median_call_rtts":2.1}
+//! ```
+//!
+//! About 2 round trips a call: the TCP handshake's, then the call's own.
 
 use std::{process::ExitCode, time::Instant};
 
 use clap::Parser;
 use routing_clients::{
-    Baseline, CallTimer, CountingConnector, Error, Timings, finish, init_tracing, rpc_error,
+    Baseline, CallTimer, Error, LinkReport, Timings, finish, init_tracing, rpc_error,
     sample_quote_request,
 };
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
@@ -37,6 +48,8 @@ struct Args {
 #[derive(Debug, Serialize)]
 struct Report {
     client: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    link: Option<LinkReport>,
     calls: u32,
     connections: u64,
     #[serde(flatten)]
@@ -53,7 +66,7 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<Report, Error> {
     let endpoint = args.baseline.endpoint()?;
-    let wire = CountingConnector::new();
+    let wire = args.baseline.wire();
     let request = sample_quote_request();
 
     let mut timer = CallTimer::start();
@@ -71,8 +84,9 @@ async fn run(args: Args) -> Result<Report, Error> {
 
     Ok(Report {
         client: "footgun",
+        link: args.baseline.link_report(),
         calls: args.calls,
         connections: wire.snapshot().connections,
-        timings: timer.finish(),
+        timings: timer.finish(args.baseline.link().rtt()),
     })
 }

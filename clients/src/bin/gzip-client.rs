@@ -20,6 +20,19 @@
 //! faster end to end. When the gzip fetch was not slower at all, there is no
 //! break-even: `break_even_bit_s` is null and `gzip_not_slower` is true.
 //!
+//! On loopback the bytes cost nothing, so gzip can only lose. Over the
+//! emulated `wan` link (20 Mbit/s, 60 ms round trip, see
+//! `routing_clients::link`) the same two fetches show it winning:
+//!
+//! ```console
+//! $ cargo run --release -p routing-clients --bin gzip-client -- --link wan
+//! {"client":"gzip","link":{"preset":"wan","rtt_ms":60.0,"mbit":20.0,"queue_kib":64},"result":"MATCH","routes":25,"identity_wire_bytes":5005275,"gzip_wire_bytes":7187,"identity_s":2.092648,"gzip_s":0.105559,"break_even_bit_s":null,"gzip_not_slower":true,"quote_request_identity_wire_bytes":112,"quote_request_gzip_wire_bytes":131,"faster_end_to_end":"gzip","identity_bytes_over_rate_s":2.00211}
+//! ```
+//!
+//! `faster_end_to_end` is measured; `identity_bytes_over_rate_s` (identity
+//! bytes × 8 ÷ the rate) is the least time the uncompressed catalog can take
+//! on that link, and `identity_s` is close to it.
+//!
 //! The decode cap is raised to 16 MiB on both channels, the native
 //! counterpart of `grpcurl -max-msg-sz`: the catalog is larger than 4 MiB.
 //! Build with `--release`: in a debug build the timings measure the debug
@@ -32,8 +45,8 @@ use std::{
 
 use clap::Parser;
 use routing_clients::{
-    Baseline, CountingConnector, Error, finish, init_tracing, rpc_error, sample_quote_request,
-    seconds,
+    Baseline, CountingConnector, Error, LinkReport, finish, init_tracing, rpc_error,
+    sample_quote_request, seconds,
 };
 use routing_contracts::routing::{
     ListRoutesRequest, ListRoutesResponse, routing_service_client::RoutingServiceClient,
@@ -59,6 +72,8 @@ struct Args {
 #[derive(Debug, Serialize)]
 struct Report {
     client: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    link: Option<LinkReport>,
     result: &'static str,
     routes: usize,
     identity_wire_bytes: u64,
@@ -70,6 +85,14 @@ struct Report {
     gzip_not_slower: bool,
     quote_request_identity_wire_bytes: u64,
     quote_request_gzip_wire_bytes: u64,
+    /// Over a link: which fetch finished first, end to end ("gzip" or
+    /// "identity"). Absent without a link.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    faster_end_to_end: Option<&'static str>,
+    /// Over a link with a rate: the identity bytes ÷ the rate, the least
+    /// time the uncompressed catalog can take on it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    identity_bytes_over_rate_s: Option<f64>,
 }
 
 // One thread: the calls are sequential, and timings are steadier without
@@ -83,7 +106,7 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> Result<Report, Error> {
     let endpoint = args.baseline.endpoint()?;
 
-    let identity_wire = CountingConnector::new();
+    let identity_wire = args.baseline.wire();
     let channel = args
         .baseline
         .connect(&endpoint, identity_wire.clone())
@@ -91,7 +114,7 @@ async fn run(args: Args) -> Result<Report, Error> {
     let mut identity =
         RoutingServiceClient::new(channel).max_decoding_message_size(MAX_DECODE_BYTES);
 
-    let gzip_wire = CountingConnector::new();
+    let gzip_wire = args.baseline.wire();
     let channel = args.baseline.connect(&endpoint, gzip_wire.clone()).await?;
     let mut gzip = RoutingServiceClient::new(channel)
         .max_decoding_message_size(MAX_DECODE_BYTES)
@@ -129,9 +152,20 @@ async fn run(args: Args) -> Result<Report, Error> {
     let gzip_not_slower = extra.is_zero();
     let break_even_bit_s =
         (!gzip_not_slower).then(|| (bits_saved / extra.as_secs_f64()).round() as u64);
+    // Over a link, the same two fetches say who wins on it: measured, not computed.
+    let link = args.baseline.link();
+    let faster_end_to_end = (!link.is_local()).then_some(if gzip_s < identity_s {
+        "gzip"
+    } else {
+        "identity"
+    });
+    let identity_bytes_over_rate_s = link
+        .rate_bit_s
+        .map(|_| seconds(link.transmission_time(identity_wire_bytes)));
 
     Ok(Report {
         client: "gzip",
+        link: args.baseline.link_report(),
         result: "MATCH",
         routes: plain.routes.len(),
         identity_wire_bytes,
@@ -142,6 +176,8 @@ async fn run(args: Args) -> Result<Report, Error> {
         gzip_not_slower,
         quote_request_identity_wire_bytes,
         quote_request_gzip_wire_bytes,
+        faster_end_to_end,
+        identity_bytes_over_rate_s,
     })
 }
 

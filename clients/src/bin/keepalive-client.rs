@@ -1,5 +1,6 @@
 //! `keepalive-client`: HTTP/2 keepalive, the whole lesson, in three phases
-//! that run at the same time on channels of their own:
+//! that run at the same time on channels of their own, and a fourth that
+//! needs an emulated NAT:
 //!
 //! 1. **idle**: a channel with the chapter's keepalive calls GetQuote, stays
 //!    idle longer than the keepalive interval, and calls again. The
@@ -14,6 +15,16 @@
 //!    than the server permits (5 s), is told to back off with GOAWAY
 //!    `ENHANCE_YOUR_CALM` and debug data `too_many_pings`. tonic does not
 //!    report the GOAWAY; the client reads it off the wire.
+//! 4. **nat** (only when asked for, with `--phases nat`): the idle gap again,
+//!    through an emulated link whose NAT forgets a flow after
+//!    `--nat-idle-secs` without a byte. A channel with the chapter's 5 s
+//!    keepalive keeps its flow; a channel with no keepalive at either end
+//!    loses it, and its next call goes unanswered until it is abandoned.
+//!    Either end's PINGs keep a NAT entry alive, and this server PINGs every
+//!    5 s, so that control needs a server that does not: `--quiet-target`,
+//!    e.g. a second `routing-server --keepalive-secs 3600`. Against the
+//!    default server, a channel without keepalive survives too, on the
+//!    server's PINGs: the third channel shows that.
 //!
 //! Run with:
 //!
@@ -22,10 +33,18 @@
 //! {"client":"keepalive","result":"SURVIVED","connections":1,"idle_s":8,"idle_bytes_sent":34,"idle_bytes_received":34,"idle_pings_sent":1,"idle_pings_received":1,"dead_peer":"DETECTED","dead_peer_detect_s":2.001838,"no_keepalive":"STILL_HANGING","no_keepalive_waited_s":6.006421,"ping_floor":"TOO_MANY_PINGS","ping_floor_pings_sent":4,"ping_floor_waited_s":4.010772}
 //! ```
 //!
+//! The NAT phase, with a quiet server on port 9182:
+//!
+//! ```console
+//! $ cargo run --release -p routing-server -- --listen 127.0.0.1:9182 --keepalive-secs 3600 &
+//! $ cargo run --release -p routing-clients --bin keepalive-client -- --phases nat --link wan --nat-idle-secs 6 --quiet-target 127.0.0.1:9182
+//! {"client":"keepalive","link":{"preset":"wan","rtt_ms":60.0,"mbit":20.0,"queue_kib":64,"nat_idle_s":6},"nat_idle_timeout_s":6,"nat_gap_s":8,"nat_quiet_target":"127.0.0.1:9182","nat_keepalive":"SURVIVED","nat_keepalive_pings_sent":1,"nat_no_keepalive":"ABANDONED","nat_no_keepalive_pings":0,"nat_no_keepalive_waited_s":3.001081,"nat_server_keepalive":"SURVIVED","nat_server_keepalive_pings_received":1}
+//! ```
+//!
 //! SURVIVED means both answers are identical and both calls used the same,
 //! single connection. The idle bytes are PING frames (17 bytes each) and
 //! their acks: the client's own PING and the server's, each acked.
-//! `--phases idle,dead-peer,ping-floor` picks phases; `--help` lists the
+//! `--phases idle,dead-peer,ping-floor,nat` picks phases; `--help` lists the
 //! intervals to try. Each phase reports what it saw; the client exits 1 only
 //! when a phase cannot run (no connection, a first call fails) or the idle
 //! connection does not survive.
@@ -35,13 +54,13 @@ use std::{future::Future, process::ExitCode, time::Duration};
 use clap::Parser;
 use h2_frames::error_code;
 use routing_clients::{
-    Baseline, CountingConnector, Error, SilentRelay, finish, init_tracing, rpc_error,
-    sample_quote_request, seconds,
+    Baseline, Error, LinkReport, SilentRelay, WireSnapshot, finish, init_tracing, rpc_error,
+    sample_quote_request, seconds, target::Target,
 };
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use serde::Serialize;
 use tokio::time::Instant;
-use tonic::transport::Channel;
+use tonic::transport::{Channel, Endpoint};
 
 /// Send a PING after 5 s without traffic: the chapter's client keepalive,
 /// and the chapter's servers' floor (grpc-java and grpc-go servers with
@@ -63,6 +82,9 @@ const FAST_PING: Duration = Duration::from_millis(1000);
 /// Ping floor: wait at most 10 s for the GOAWAY. Three strikes at 1 s take
 /// about 3 s; the rest is room for a busy machine.
 const PING_FLOOR_WAIT: Duration = Duration::from_secs(10);
+/// NAT: the call after the gap is abandoned after 3 s without an answer, 50
+/// round trips of the `wan` link: no answer is merely slow by then.
+const NAT_ABANDON: Duration = Duration::from_secs(3);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Phase {
@@ -72,6 +94,9 @@ enum Phase {
     DeadPeer,
     /// Ping below the server's floor and get too_many_pings.
     PingFloor,
+    /// Stay idle past a NAT's idle timeout (needs --nat-idle-secs):
+    /// keepalive keeps the flow, silence loses it.
+    Nat,
 }
 
 #[derive(Debug, Parser)]
@@ -111,17 +136,30 @@ struct Args {
     /// Ping floor: seconds to wait for the server's GOAWAY.
     #[arg(long, default_value_t = PING_FLOOR_WAIT.as_secs(), value_parser = clap::value_parser!(u64).range(1..=600))]
     ping_floor_wait_secs: u64,
+    /// NAT: a server that sends no keepalive PINGs of its own (such as
+    /// `routing-server --keepalive-secs 3600`). Either end's PINGs keep a NAT
+    /// entry alive, so only against such a server does a channel without
+    /// keepalive lose its flow. Without it, the NAT phase uses --target.
+    #[arg(long, env = "ROUTING_QUIET_TARGET")]
+    quiet_target: Option<Target>,
+    /// NAT: abandon the call after the gap when it has no answer within this many seconds.
+    #[arg(long, default_value_t = NAT_ABANDON.as_secs(), value_parser = clap::value_parser!(u64).range(1..=600))]
+    nat_abandon_secs: u64,
 }
 
 #[derive(Debug, Serialize)]
 struct Report {
     client: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    link: Option<LinkReport>,
     #[serde(flatten)]
     idle: Option<IdleReport>,
     #[serde(flatten)]
     dead_peer: Option<DeadPeerReport>,
     #[serde(flatten)]
     ping_floor: Option<PingFloorReport>,
+    #[serde(flatten)]
+    nat: Option<NatReport>,
 }
 
 #[derive(Debug, Serialize)]
@@ -147,6 +185,28 @@ struct DeadPeerReport {
 }
 
 #[derive(Debug, Serialize)]
+struct NatReport {
+    nat_idle_timeout_s: u64,
+    nat_gap_s: u64,
+    /// The server without PINGs of its own; absent when none was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nat_quiet_target: Option<String>,
+    /// Client keepalive every 5 s, to the quiet server.
+    nat_keepalive: &'static str,
+    nat_keepalive_pings_sent: u64,
+    /// No keepalive at either end (when the quiet server was given).
+    nat_no_keepalive: &'static str,
+    nat_no_keepalive_pings: u64,
+    nat_no_keepalive_waited_s: f64,
+    /// No client keepalive, to --target, whose server PINGs every 5 s; only
+    /// with a quiet server to compare.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nat_server_keepalive: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nat_server_keepalive_pings_received: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
 struct PingFloorReport {
     ping_floor: String,
     ping_floor_pings_sent: u64,
@@ -163,16 +223,19 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<Report, Error> {
     let wanted = |phase| args.phases.contains(&phase);
-    let (idle, dead_peer, ping_floor) = tokio::try_join!(
+    let (idle, dead_peer, ping_floor, nat) = tokio::try_join!(
         optional(wanted(Phase::Idle), idle_phase(&args)),
         optional(wanted(Phase::DeadPeer), dead_peer_phase(&args)),
         optional(wanted(Phase::PingFloor), ping_floor_phase(&args)),
+        optional(wanted(Phase::Nat), nat_phase(&args)),
     )?;
     Ok(Report {
         client: "keepalive",
+        link: args.baseline.link_report(),
         idle,
         dead_peer,
         ping_floor,
+        nat,
     })
 }
 
@@ -198,7 +261,7 @@ async fn idle_phase(args: &Args) -> Result<IdleReport, Error> {
         .keep_alive_timeout(Duration::from_secs(args.keepalive_timeout_secs))
         // ...and keep pinging when no call is in flight, so idle gaps are covered.
         .keep_alive_while_idle(true);
-    let wire = CountingConnector::new();
+    let wire = args.baseline.wire();
     let request = sample_quote_request();
 
     let channel = args.baseline.connect(&endpoint, wire.clone()).await?;
@@ -333,7 +396,7 @@ impl RelayedClient {
         }
         let channel = args
             .baseline
-            .connect(&endpoint, CountingConnector::new())
+            .connect(&endpoint, args.baseline.wire())
             .await?;
         let mut client = RoutingServiceClient::new(channel);
         client
@@ -342,6 +405,93 @@ impl RelayedClient {
             .map_err(rpc_error("GetQuote through the relay"))?;
         Ok(Self { relay, client })
     }
+}
+
+/// NAT: channels through a link whose NAT forgets idle flows, each idle for
+/// longer than the NAT's timeout between two calls. With the chapter's
+/// keepalive, the client's PINGs keep the flow; without keepalive at either
+/// end, the flow is forgotten and the next call goes unanswered; a server
+/// that PINGs keeps the flow for a client that does not.
+async fn nat_phase(args: &Args) -> Result<NatReport, Error> {
+    let Some(timeout) = args.baseline.link().nat_idle else {
+        return Err(
+            "the nat phase needs a NAT: add --nat-idle-secs (e.g. 6, below --idle-secs)".into(),
+        );
+    };
+    let quiet = args.quiet_target.as_ref().unwrap_or(&args.baseline.target);
+    let keepalive = args
+        .baseline
+        .endpoint_at(quiet.uri())?
+        // The lesson: PING after 5 s without traffic, even with no call in flight.
+        .http2_keep_alive_interval(Duration::from_secs(args.keepalive_secs))
+        .keep_alive_timeout(Duration::from_secs(args.keepalive_timeout_secs))
+        .keep_alive_while_idle(true);
+    let silent = args.baseline.endpoint_at(quiet.uri())?;
+    let pinged = args.baseline.endpoint()?;
+    let compare = args.quiet_target.is_some();
+    let (kept, lost, pinged) = tokio::try_join!(
+        idle_past_the_nat(args, &keepalive),
+        idle_past_the_nat(args, &silent),
+        optional(compare, idle_past_the_nat(args, &pinged)),
+    )?;
+    Ok(NatReport {
+        nat_idle_timeout_s: timeout.as_secs(),
+        nat_gap_s: args.idle_secs,
+        nat_quiet_target: args.quiet_target.as_ref().map(ToString::to_string),
+        nat_keepalive: kept.outcome,
+        nat_keepalive_pings_sent: kept.gap.pings_sent,
+        nat_no_keepalive: lost.outcome,
+        nat_no_keepalive_pings: lost.gap.pings_sent + lost.gap.pings_received,
+        nat_no_keepalive_waited_s: seconds(lost.waited),
+        nat_server_keepalive: pinged.as_ref().map(|p| p.outcome),
+        nat_server_keepalive_pings_received: pinged.map(|p| p.gap.pings_received),
+    })
+}
+
+/// One channel's NAT run: what happened to the call after the gap.
+struct NatOutcome {
+    /// SURVIVED (answered on the same connection), ABANDONED (no answer in
+    /// time) or FAILED (an error status).
+    outcome: &'static str,
+    /// What crossed the wire during the gap.
+    gap: WireSnapshot,
+    /// How long the call after the gap was waited for.
+    waited: Duration,
+}
+
+/// GetQuote through a fresh link (its own NAT entry), the idle gap, and
+/// GetQuote again, abandoned after `--nat-abandon-secs`.
+async fn idle_past_the_nat(args: &Args, endpoint: &Endpoint) -> Result<NatOutcome, Error> {
+    let wire = args.baseline.wire();
+    let channel = args.baseline.connect(endpoint, wire.clone()).await?;
+    let mut client = RoutingServiceClient::new(channel);
+    client
+        .get_quote(sample_quote_request())
+        .await
+        .map_err(rpc_error("GetQuote before the NAT gap"))?;
+
+    let before_gap = wire.snapshot();
+    tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
+    let gap = wire.snapshot().since(before_gap);
+
+    let started = Instant::now();
+    let abandon = Duration::from_secs(args.nat_abandon_secs);
+    let answer = tokio::time::timeout(abandon, client.get_quote(sample_quote_request())).await;
+    let waited = started.elapsed();
+    let outcome = match answer {
+        Ok(Ok(_)) if wire.snapshot().connections == 1 => "SURVIVED",
+        Ok(Ok(_)) => "RECONNECTED",
+        Ok(Err(status)) => {
+            tracing::info!(code = ?status.code(), message = status.message(), "call after the NAT gap failed");
+            "FAILED"
+        }
+        Err(_) => "ABANDONED",
+    };
+    Ok(NatOutcome {
+        outcome,
+        gap,
+        waited,
+    })
 }
 
 /// Ping floor: ping faster than the server permits, and wait for its GOAWAY.
@@ -353,7 +503,7 @@ async fn ping_floor_phase(args: &Args) -> Result<PingFloorReport, Error> {
         .http2_keep_alive_interval(Duration::from_millis(args.fast_ping_ms))
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(true);
-    let wire = CountingConnector::new();
+    let wire = args.baseline.wire();
     let channel = args.baseline.connect(&endpoint, wire.clone()).await?;
     let mut client = RoutingServiceClient::new(channel);
     client

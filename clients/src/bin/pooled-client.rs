@@ -10,12 +10,20 @@
 //!
 //! `connections` is counted on the wire. Compare `median_call_s`, what one
 //! call costs, and `total_s` with `footgun-client`.
+//!
+//! Over the emulated `wan` link (20 Mbit/s, 60 ms round trip, see
+//! `routing_clients::link`), a call on the open channel costs one round trip:
+//!
+//! ```console
+//! $ cargo run --release -p routing-clients --bin pooled-client -- --calls 50 --link wan
+//! {"client":"pooled","link":{"preset":"wan","rtt_ms":60.0,"mbit":20.0,"queue_kib":64},"calls":50,"connections":1,"total_s":3.282552,"median_call_s":0.062836,"median_call_rtts":1.05}
+//! ```
 
 use std::{process::ExitCode, time::Instant};
 
 use clap::Parser;
 use routing_clients::{
-    Baseline, CallTimer, CountingConnector, Error, Timings, finish, init_tracing, rpc_error,
+    Baseline, CallTimer, Error, LinkReport, Timings, finish, init_tracing, rpc_error,
     sample_quote_request,
 };
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
@@ -34,6 +42,8 @@ struct Args {
 #[derive(Debug, Serialize)]
 struct Report {
     client: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    link: Option<LinkReport>,
     calls: u32,
     connections: u64,
     #[serde(flatten)]
@@ -50,7 +60,7 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<Report, Error> {
     let endpoint = args.baseline.endpoint()?;
-    let wire = CountingConnector::new();
+    let wire = args.baseline.wire();
     let request = sample_quote_request();
 
     let mut timer = CallTimer::start();
@@ -69,8 +79,9 @@ async fn run(args: Args) -> Result<Report, Error> {
 
     Ok(Report {
         client: "pooled",
+        link: args.baseline.link_report(),
         calls: args.calls,
         connections: wire.snapshot().connections,
-        timings: timer.finish(),
+        timings: timer.finish(args.baseline.link().rtt()),
     })
 }

@@ -7,6 +7,15 @@ use std::{process::Output, time::Duration};
 
 use routing_server::{Config, LocalServer};
 
+/// The client binaries, as cargo built them for these tests.
+pub const FOOTGUN: &str = env!("CARGO_BIN_EXE_footgun-client");
+pub const POOLED: &str = env!("CARGO_BIN_EXE_pooled-client");
+pub const GZIP: &str = env!("CARGO_BIN_EXE_gzip-client");
+pub const KEEPALIVE: &str = env!("CARGO_BIN_EXE_keepalive-client");
+pub const ROUTING_LINK: &str = env!("CARGO_BIN_EXE_routing-link");
+/// No client run in a test takes longer than this.
+pub const LIMIT: Duration = Duration::from_secs(60);
+
 /// A server with the chapter's settings on `127.0.0.1:0`.
 pub async fn start_server() -> LocalServer {
     start_server_with(Config::default()).await

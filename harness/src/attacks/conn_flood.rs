@@ -157,7 +157,7 @@ async fn collect(mut set: JoinSet<(usize, Held)>, groups: usize) -> Vec<Vec<Held
 }
 
 /// Warns when this process cannot open as many sockets as asked.
-fn check_own_fd_limit(needed: u32) {
+pub(super) fn check_own_fd_limit(needed: u32) {
     let soft = Process::new(std::process::id())
         .nofile_limits()
         .and_then(|(soft, _)| soft);

@@ -142,11 +142,7 @@ pub async fn run(ctx: &Context, tripped: impl Future<Output = ()>) -> Result<Fin
         }
         if let Some(g) = &seen.goaway {
             d.goaway_connections += 1;
-            let label = match g.debug_data.as_str() {
-                "" => g.error_code.clone(),
-                debug => format!("{} {debug:?}", g.error_code),
-            };
-            *d.goaway_codes.entry(label).or_default() += 1;
+            *d.goaway_codes.entry(g.label()).or_default() += 1;
             if d.first_goaway
                 .as_ref()
                 .is_none_or(|f| g.after_s < f.after_s)

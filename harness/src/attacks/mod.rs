@@ -1,12 +1,12 @@
-//! The attacks of issues 6 and 14, each bounded in count and time, each
-//! against the one loopback target only, and the one-line report every
-//! attack prints.
+//! The attacks of issues 6 and 14, each bounded in count and time, each against the
+//! one loopback target only, and the one-line report every attack prints.
 //!
 //! Every attack runs between a [`Monitor`] (server RSS and CPU from `/proc`,
 //! with a memory guard that ends the attack early) and a [`Probe`] (a
 //! separate, well-behaved GetQuote client), so each line says both what the
 //! attacker achieved and what other clients suffered meanwhile.
 
+pub mod bigframes;
 pub mod conn_flood;
 pub mod contenttype;
 pub mod lockout;
@@ -15,6 +15,7 @@ pub mod pingflood;
 pub mod slowbody;
 pub mod stall;
 pub mod tcpstall;
+pub mod wuflood;
 
 use std::{
     collections::BTreeMap,
@@ -52,6 +53,10 @@ pub enum Attack {
     Contenttype,
     /// PING frames as fast as possible.
     Pingflood,
+    /// Idle connections after two pages in 16 MiB frames (issue 14, A).
+    Bigframes,
+    /// WINDOW_UPDATEs on a closed stream (issue 14, D).
+    Wuflood,
     /// Tiny TCP receive buffers, huge HTTP/2 windows, never read (issue 14 B).
     Tcpstall,
     /// One client refills the response budget with window-0 streams (issue 14 C).
@@ -59,7 +64,7 @@ pub enum Attack {
 }
 
 impl Attack {
-    pub const ALL: [Attack; 9] = [
+    pub const ALL: [Attack; 11] = [
         Attack::Stall,
         Attack::Madeyoureset,
         Attack::Fdflood,
@@ -67,6 +72,8 @@ impl Attack {
         Attack::Slowbody,
         Attack::Contenttype,
         Attack::Pingflood,
+        Attack::Bigframes,
+        Attack::Wuflood,
         Attack::Tcpstall,
         Attack::Lockout,
     ];
@@ -80,6 +87,8 @@ impl Attack {
             Attack::Slowbody => "slowbody",
             Attack::Contenttype => "contenttype",
             Attack::Pingflood => "pingflood",
+            Attack::Bigframes => "bigframes",
+            Attack::Wuflood => "wuflood",
             Attack::Tcpstall => "tcpstall",
             Attack::Lockout => "lockout",
         }
@@ -90,7 +99,7 @@ impl Attack {
 /// opens more, sends more or lasts longer than these say.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Knobs {
-    /// Override every hold time below (stall, fdflood, nopreface, slowbody), in seconds.
+    /// Override every hold time below (stall, fdflood, nopreface, slowbody, bigframes), in seconds.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub hold_secs: Option<u64>,
 
@@ -156,6 +165,26 @@ pub struct Knobs {
     /// pingflood: PINGs at most.
     #[arg(long, default_value_t = 20_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub ping_max: u64,
+
+    /// bigframes: connections that read a 1-route and a 2-route page in 16 MiB frames, then idle.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub bigframes_conns: u32,
+    /// bigframes: seconds they idle before the server's RSS is read (its keepalive pings every 5 s).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub bigframes_hold_secs: u64,
+
+    /// wuflood: connections flooding WINDOW_UPDATEs on a closed stream.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub wuflood_conns: u32,
+    /// wuflood: seconds of flooding at most.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=120))]
+    pub wuflood_secs: u64,
+    /// wuflood: WINDOW_UPDATEs written at most, over all connections (13 bytes each).
+    #[arg(long, default_value_t = 1_000_000_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    pub wuflood_max: u64,
+    /// wuflood: replace a connection the server closes, at once, until the time is up.
+    #[arg(long)]
+    pub wuflood_reconnect: bool,
 
     /// tcpstall: connections.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=5_000))]
@@ -228,6 +257,10 @@ impl Knobs {
         self.hold(self.slowbody_hold_secs)
     }
 
+    pub fn bigframes_hold(&self) -> Duration {
+        self.hold(self.bigframes_hold_secs)
+    }
+
     pub fn probe_deadline(&self) -> Duration {
         Duration::from_millis(self.probe_deadline_ms)
     }
@@ -267,6 +300,8 @@ pub struct Report {
     pub rss_peak_mib: Option<f64>,
     /// p99 of the probe's GetQuote latency during the attack.
     pub probe_p99_ms: Option<f64>,
+    /// Its median.
+    pub probe_p50_ms: Option<f64>,
     pub probe_errors: usize,
     pub probe_calls: usize,
     /// Server CPU during the attack, % of one core.
@@ -297,6 +332,8 @@ pub async fn run(attack: Attack, ctx: &Context) -> Result<Report, Error> {
         Attack::Slowbody => slowbody::run(ctx).await,
         Attack::Contenttype => contenttype::run(ctx).await,
         Attack::Pingflood => pingflood::run(ctx).await,
+        Attack::Bigframes => bigframes::run(ctx).await,
+        Attack::Wuflood => wuflood::run(ctx).await,
         Attack::Tcpstall => tcpstall::run(ctx).await,
         Attack::Lockout => lockout::run(ctx).await,
     };
@@ -367,6 +404,7 @@ fn report(
         outcome: findings.outcome,
         rss_peak_mib: usage.map(|u| u.rss_peak_mib),
         probe_p99_ms: probe.p99_ms,
+        probe_p50_ms: probe.p50_ms,
         probe_errors: probe.errors,
         probe_calls: probe.calls,
         server_cpu_pct: usage.map(|u| u.cpu_pct),
@@ -405,6 +443,17 @@ pub struct GoawaySeen {
     pub debug_data: String,
     pub last_stream_id: u32,
     pub after_s: f64,
+}
+
+impl GoawaySeen {
+    /// The code and debug data, e.g. `ENHANCE_YOUR_CALM "too_many_pings"`,
+    /// for tallies.
+    pub fn label(&self) -> String {
+        match self.debug_data.as_str() {
+            "" => self.error_code.clone(),
+            debug => format!("{} {debug:?}", self.error_code),
+        }
+    }
 }
 
 /// What the server did to one stream, for a writer that paces on it.

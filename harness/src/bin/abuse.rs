@@ -11,18 +11,20 @@
 //! $ cargo run --release -p harness --bin abuse -- --target 127.0.0.1:9180 pingflood
 //! {"attack":"pingflood","outcome":"no GOAWAY: 20000000 of 20000000 PINGs acked in 4.8s","rss_peak_mib":11.2,"probe_p99_ms":30.409,"probe_errors":0,"probe_calls":137,"server_cpu_pct":49.4,"rss_start_mib":11.1,"rss_end_mib":11.2,"secs":6.82,"target":"127.0.0.1:29180","server_pid":6022,"details":{"closed_by_server_after_s":null,"flood_s":4.815,"goaway":null,"pings_acked":20000000,"pings_sent":20000000}}
 //! $ cargo run --release -p harness --bin abuse -- --target 127.0.0.1:9180 all
+//! $ cargo run --release -p harness --bin abuse -- --target 127.0.0.1:9180 --compare 127.0.0.1:9181 pingflood
 //! ```
 //!
 //! (That line is tonic's defaults, from a real run on a shared 2-core VM;
 //! this server answers with GOAWAY ENHANCE_YOUR_CALM "too_many_pings".)
 //!
-//! It prints one JSON line per attack on stdout. `outcome` says what the
+//! It prints one JSON line per attack on stdout (per attack and server, with
+//! `--compare`: each attack runs on the target, then on each compared server). `outcome` says what the
 //! server did. `rss_peak_mib` and `server_cpu_pct` (% of one core) are read
 //! from `/proc` of the process listening on the target, when it runs on this
 //! machine (null otherwise; `--server-pid` names it, e.g. behind a container
-//! port proxy). `probe_p99_ms` and `probe_errors` come from a separate,
-//! well-behaved client calling GetQuote 20 times a second with a 1 s
-//! deadline during the attack. `details` holds the counts behind the
+//! port proxy). `probe_p99_ms`, `probe_p50_ms` and `probe_errors` come from
+//! a separate, well-behaved client calling GetQuote 20 times a second with a
+//! 1 s deadline during the attack. `details` holds the counts behind the
 //! outcome, and `note` anything that qualifies the numbers (e.g. the memory
 //! guard ended the attack early). Progress logs go to stderr. Exit status 1
 //! if an attack could not run, 2 for a usage error.
@@ -42,7 +44,7 @@ use harness::{
 #[command(
     version,
     about = "Run bounded attacks against a gRPC server on loopback; one JSON line per attack",
-    after_help = "ATTACKS: all, stall, madeyoureset, fdflood, nopreface, slowbody, contenttype, pingflood, tcpstall, lockout"
+    after_help = "ATTACKS: all, stall, madeyoureset, fdflood, nopreface, slowbody, contenttype, pingflood, bigframes, wuflood, tcpstall, lockout"
 )]
 struct Args {
     /// The server: host:port, loopback only (127.0.0.0/8 or [::1]).
@@ -52,6 +54,11 @@ struct Args {
     /// Read RSS and CPU of this PID instead of the one found listening on the target.
     #[arg(long)]
     server_pid: Option<u32>,
+
+    /// Another server to run each attack against, right after the target (repeatable),
+    /// e.g. the stock tonic example and the grpc-go peer: one line per server.
+    #[arg(long)]
+    compare: Vec<LoopbackTarget>,
 
     /// Seconds to pause between attacks in `all`, so each starts on a quiet server.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=600))]
@@ -99,21 +106,39 @@ async fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let ctx = Context {
-        target: args.target,
-        server: ServerProcess::locate(args.target.addr(), args.server_pid),
-        knobs: args.knobs,
-    };
-    if let ServerProcess::Unknown(why) = &ctx.server {
-        tracing::warn!("server RSS and CPU will be null: {why}");
+    let mut servers = vec![(args.target, args.server_pid)];
+    servers.extend(args.compare.iter().map(|t| (*t, None)));
+    let mut contexts = Vec::new();
+    for (target, pid) in servers {
+        if let Err(e) = listening(&target).await {
+            let _ = writeln!(std::io::stderr(), "error: {e}");
+            return ExitCode::FAILURE;
+        }
+        let ctx = Context {
+            target,
+            server: ServerProcess::locate(target.addr(), pid),
+            knobs: args.knobs.clone(),
+        };
+        if let ServerProcess::Unknown(why) = &ctx.server {
+            tracing::warn!(%target, "server RSS and CPU will be null: {why}");
+        }
+        contexts.push(ctx);
     }
     let mut failed = false;
-    for (i, attack) in attacks.iter().enumerate() {
+    let runs = attacks
+        .iter()
+        .flat_map(|attack| contexts.iter().map(move |ctx| (*attack, ctx)));
+    for (i, (attack, ctx)) in runs.enumerate() {
         if i > 0 {
             tokio::time::sleep(Duration::from_secs(args.pause_secs)).await;
         }
-        if let Err(e) = run_one(*attack, &ctx).await {
-            let _ = writeln!(std::io::stderr(), "error: {}: {e}", attack.name());
+        if let Err(e) = run_one(attack, ctx).await {
+            let _ = writeln!(
+                std::io::stderr(),
+                "error: {} against {}: {e}",
+                attack.name(),
+                ctx.target
+            );
             failed = true;
         }
     }
@@ -121,6 +146,25 @@ async fn main() -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// How long the first connection to the target may take: 2 s.
+const CONNECT_CHECK: Duration = Duration::from_secs(2);
+
+/// Something must accept connections on the target before the first attack.
+/// A refused connection is reported at once rather than waited for: the
+/// `--recovery-secs` wait is for a server that is recovering from the
+/// previous attack, not for one that was never started.
+async fn listening(target: &LoopbackTarget) -> Result<(), Error> {
+    match tokio::time::timeout(CONNECT_CHECK, tokio::net::TcpStream::connect(target.addr())).await {
+        Ok(Err(e)) => Err(format!(
+            "nothing accepts connections on {target} ({e}): start the server first, \
+             e.g. `cargo run --release -p routing-server`, or pass --target"
+        )
+        .into()),
+        // Connected, or slow to accept: the probe's bounded wait takes over.
+        Ok(Ok(_)) | Err(_) => Ok(()),
     }
 }
 

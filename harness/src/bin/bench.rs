@@ -18,7 +18,9 @@
 //!
 //! It prints the table on stdout: one column per server and, with
 //! `--compare`, a `ratio` column (target ÷ compared server; below 1.00× the
-//! target uses less). Each phase runs on both servers before the next one
+//! target uses less). `--compare` may be repeated, for three servers in one
+//! run: then there is one ratio column per compared server (`÷ 2`, `÷ 3`,
+//! target ÷ the second and third columns). Each phase runs on both servers before the next one
 //! starts. GetQuote runs once per `--channels` value: on 1 connection, as
 //! `ghz -c 50` does by default, and on 10. A real run (this server on port
 //! 29581, the grpc-go peer on 29591, the 2-core test VM):
@@ -47,6 +49,36 @@
 //! errors                                                                    0                0      -
 //! ```
 //!
+//! Workers: run the same server twice, with one worker and with its default
+//! (one per CPU), and compare them on 10 connections (a connection stays on
+//! one worker, so one connection would measure one worker twice):
+//!
+//! ```console
+//! $ target/release/routing-server --listen 127.0.0.1:9181 --worker-threads 1 &
+//! $ target/release/routing-server --listen 127.0.0.1:9182 &
+//! $ cargo run --release -p harness --bin bench -- --target 127.0.0.1:9181 --compare 127.0.0.1:9182 --channels 10
+//! ```
+//!
+//! Two rows per GetQuote run, and a line per server after the table, say
+//! how the server spread the work over its threads, from each thread's CPU
+//! time in `/proc/PID/task`: the busiest thread's share, the threads that
+//! did at least 10 % of it, and every thread's share by name. From a real
+//! run of the commands above (other builds running, load average 5.1):
+//!
+//! ```text
+//! GetQuote -c 50 on 10 conns: server CPU per call (µs)                                19.8            18.5  1.07×
+//! GetQuote -c 50 on 10 conns: busiest server thread's share of its CPU (%)             100              64      -
+//! GetQuote -c 50 on 10 conns: server threads with >= 10% of its CPU                      1               2      -
+//! CPU by thread, 127.0.0.1:9181 GetQuote on 10 conns: routing-server 100%
+//! CPU by thread, 127.0.0.1:9182 GetQuote on 10 conns: worker-1 64%, routing-server 36%
+//! ```
+//!
+//! The shares follow the calls, not the connections: the server hands the
+//! 10 connections to its workers in turn, 5 each (`RUST_LOG=routing_server::server=debug`
+//! logs each hand-off), but each of the 50 callers stays on its connection
+//! and calls again as soon as it is answered, so the connections of a worker
+//! that the OS runs less often make fewer of the calls.
+//!
 //! Progress goes to stderr. Every run is bounded by a call count and by
 //! `--max-secs`; idle connections by `--idle-conns`.
 
@@ -71,17 +103,19 @@ struct Args {
     #[arg(long, env = "ROUTING_TARGET", default_value = DEFAULT_TARGET)]
     target: LoopbackTarget,
 
-    /// A second server of the same contract, measured in the same run (ratios: target ÷ this).
+    /// Another server of the same contract, measured in the same run (ratio: target ÷ this).
+    /// Repeat it for a third server (e.g. the stock tonic example and the grpc-go peer):
+    /// one ratio column per compared server.
     #[arg(long)]
-    compare: Option<LoopbackTarget>,
+    compare: Vec<LoopbackTarget>,
 
     /// PID of the target server, if it is not found by its listening port.
     #[arg(long)]
     server_pid: Option<u32>,
 
-    /// PID of the compared server, likewise.
+    /// PID of each compared server, likewise, in the order of `--compare`.
     #[arg(long)]
-    compare_pid: Option<u32>,
+    compare_pid: Vec<u32>,
 
     #[command(flatten)]
     knobs: BenchKnobs,
@@ -110,10 +144,10 @@ async fn run(args: Args) -> Result<String, Error> {
         target: args.target,
         process: ServerProcess::locate(args.target.addr(), args.server_pid),
     }];
-    if let Some(other) = args.compare {
+    for (i, other) in args.compare.iter().enumerate() {
         servers.push(Server {
-            target: other,
-            process: ServerProcess::locate(other.addr(), args.compare_pid),
+            target: *other,
+            process: ServerProcess::locate(other.addr(), args.compare_pid.get(i).copied()),
         });
     }
     for server in &servers {
@@ -124,6 +158,18 @@ async fn run(args: Args) -> Result<String, Error> {
     let measured = bench::run(&servers, &args.knobs).await?;
     let mut out = machine_line();
     out.push_str(&bench::table(&servers, &args.knobs, &measured));
+    for (server, m) in servers.iter().zip(&measured) {
+        for (channels, run) in args.knobs.channels.iter().zip(&m.quote) {
+            if !run.thread_shares.is_empty() {
+                out.push_str(&format!(
+                    "CPU by thread, {} GetQuote on {channels} conn{}: {}\n",
+                    server.target,
+                    if *channels == 1 { "" } else { "s" },
+                    run.describe_threads()
+                ));
+            }
+        }
+    }
     for (server, m) in servers.iter().zip(&measured) {
         for run in m.runs() {
             if let Some(e) = &run.first_error {

@@ -3,28 +3,69 @@
 
 #![allow(dead_code)] // Each test file uses a different subset.
 
-use std::net::SocketAddr;
+use std::{
+    io,
+    net::SocketAddr,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll},
+};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use h2_frames::{FrameTracker, kind};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use routing_server::{Config, LocalServer};
-use tokio::net::TcpStream;
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpStream,
+};
 use tonic::transport::Channel;
 
 pub const MIB: usize = 1024 * 1024;
 pub const GET_QUOTE: &str = "/shipping.routing.v1.RoutingService/GetQuote";
 pub const LIST_ROUTES: &str = "/shipping.routing.v1.RoutingService/ListRoutes";
 
+/// Sets how many workers serve every test server: a whole number of at
+/// least 1. Unset, it is 1, or 2 in the [`SEVERAL_WORKERS_SUITE`].
+pub const WORKERS_ENV: &str = "ROUTING_TEST_WORKERS";
+
+/// The test crate (`server/tests/two_workers.rs`) that runs the hardening,
+/// shutdown and contract suites again with two workers, so that
+/// `cargo test` alone runs them both ways.
+pub const SEVERAL_WORKERS_SUITE: &str = "two_workers";
+
+/// Workers for the servers these tests start (see [`WORKERS_ENV`]). A test
+/// that sets `worker_threads` itself keeps its own.
+pub fn workers() -> usize {
+    if let Ok(text) = std::env::var(WORKERS_ENV) {
+        return match text.trim().parse() {
+            Ok(n) if n >= 1 => n,
+            _ => panic!("{WORKERS_ENV}={text:?}: expected a whole number of at least 1"),
+        };
+    }
+    if env!("CARGO_CRATE_NAME") == SEVERAL_WORKERS_SUITE {
+        2
+    } else {
+        1
+    }
+}
+
 /// A server with the chapter's settings on `127.0.0.1:0`.
 pub async fn start() -> LocalServer {
     start_with(Config::default()).await
 }
 
-pub async fn start_with(config: Config) -> LocalServer {
+/// A server with `config` on `127.0.0.1:0`, served by [`workers`] workers
+/// unless `config` names its own number.
+pub async fn start_with(mut config: Config) -> LocalServer {
+    config.worker_threads = config.worker_threads.or_else(|| Some(workers()));
     LocalServer::start(config).await.expect("server starts")
 }
 
@@ -34,7 +75,12 @@ pub async fn client(server: &LocalServer) -> RoutingServiceClient<Channel> {
 }
 
 pub async fn channel(server: &LocalServer) -> Channel {
-    Channel::from_shared(server.url())
+    channel_at(server.url()).await
+}
+
+/// A channel to `http://HOST:PORT`, any server.
+pub async fn channel_at(url: String) -> Channel {
+    Channel::from_shared(url)
         .expect("valid url")
         .connect()
         .await
@@ -45,15 +91,113 @@ pub async fn channel(server: &LocalServer) -> Channel {
 /// test controls how fast a large response may flow by reading it or not.
 pub async fn raw_h2(addr: SocketAddr) -> SendRequest<Full<Bytes>> {
     let tcp = TcpStream::connect(addr).await.expect("tcp connects");
+    h2_over(tcp).await
+}
+
+/// [`raw_h2`], counting the frames that cross the connection.
+pub async fn counted_h2(addr: SocketAddr) -> (SendRequest<Full<Bytes>>, Arc<FramesCounted>) {
+    let tcp = TcpStream::connect(addr).await.expect("tcp connects");
+    let counts = Arc::new(FramesCounted::default());
+    let counted = Counted {
+        io: tcp,
+        sent: FrameTracker::client_to_server(),
+        received: FrameTracker::server_to_client(),
+        counts: Arc::clone(&counts),
+    };
+    (h2_over(counted).await, counts)
+}
+
+async fn h2_over<T>(io: T) -> SendRequest<Full<Bytes>>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .adaptive_window(false)
         .initial_stream_window_size(65_535)
         .initial_connection_window_size(65_535)
-        .handshake(TokioIo::new(tcp))
+        .handshake(TokioIo::new(io))
         .await
         .expect("http/2 handshake");
     tokio::spawn(connection);
     sender
+}
+
+/// Frames a [`counted_h2`] connection carried, counted as they passed.
+#[derive(Debug, Default)]
+pub struct FramesCounted {
+    /// WINDOW_UPDATEs the client sent for a stream.
+    pub stream_window_updates: AtomicU64,
+    /// WINDOW_UPDATEs the client sent for the whole connection (stream 0).
+    pub connection_window_updates: AtomicU64,
+    /// GOAWAYs the server sent.
+    pub goaways: AtomicU64,
+}
+
+impl FramesCounted {
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// A socket that passes every byte through and counts frames on the way.
+struct Counted<T> {
+    io: T,
+    sent: FrameTracker,
+    received: FrameTracker,
+    counts: Arc<FramesCounted>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.io).poll_read(cx, buf);
+        let counts = &this.counts;
+        this.received.feed(&buf.filled()[before..], |frame| {
+            if frame.header.kind == kind::GOAWAY {
+                counts.goaways.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        read
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            let counts = &this.counts;
+            this.sent.feed(&buf[..n], |frame| {
+                let h = frame.header;
+                if h.kind == kind::WINDOW_UPDATE {
+                    let counter = if h.stream_id == 0 {
+                        &counts.connection_window_updates
+                    } else {
+                        &counts.stream_window_updates
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        written
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
 }
 
 /// A unary gRPC request built by hand: one uncompressed length-prefixed message.

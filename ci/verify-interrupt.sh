@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# ci/verify-interrupt.sh: Ctrl+C during `./verify.sh --local` exits 130, prints
+# no FAIL line and leaves no process behind.
+#
+# A terminal's Ctrl+C is SIGINT to the foreground process group, so that is
+# what this sends: `./verify.sh --local --no-build` runs as the leader of a
+# session and process group of its own (setsid), and `kill -INT -- -PGID`
+# interrupts it at three points:
+#
+#   start      as soon as it has started the server (readiness and the first
+#              grpcurl calls, which take under a second here)
+#   keepalive  3 s into keepalive-client's 8 s idle gap
+#   ghz        2 s into a ghz run made long on purpose (GHZ_TOTAL)
+#
+# Each point must end with exit 130, no FAIL line, and no process left in the
+# session: every process verify.sh started (the server, timeout, the tool)
+# belongs to it, whatever its process group. Processes are found by session
+# id, never by name.
+#
+# Needs the release binaries (run `./verify.sh --local` first) and grpcurl
+# and ghz on PATH. Exit 0 when every point passed, 1 otherwise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VERIFY=${VERIFY:-./verify.sh}         # the script under test (relative to the repository root)
+MARK_TIMEOUT_S=${MARK_TIMEOUT_S:-120} # the point must be reached within this
+EXIT_TIMEOUT_S=${EXIT_TIMEOUT_S:-40}  # verify.sh must exit within this of the signal (the server drains up to 10 s)
+
+scratch=$(mktemp -d)
+running=
+cleanup() {
+  local rc=$?
+  # Only if a check below failed half-way: stop what this script started.
+  if [[ -n $running ]] && kill -0 "$running" 2>/dev/null; then kill -KILL -- "-$running" 2>/dev/null || true; fi
+  rm -rf "$scratch"
+  exit "$rc"
+}
+trap cleanup EXIT
+
+in_session() { # in_session SID: "PID ARGS" of every process in that session
+  ps -e -o sid=,pid=,args= | awk -v sid="$1" '$1 == sid { $1 = ""; sub(/^ /, ""); print }'
+}
+
+failures=0
+# point NAME MARK DELAY_S [ENV=VALUE...]: run verify.sh, wait for a line
+# matching MARK in its output, then DELAY_S more, then send SIGINT to its group.
+point() {
+  local name=$1 mark=$2 delay=$3 log="$scratch/$1.log"
+  shift 3
+  # env resets SIGINT to its default: a background job of a script starts
+  # with it ignored, and bash cannot trap a signal ignored on entry.
+  env --default-signal=INT "$@" setsid "$VERIFY" --local --no-build >"$log" 2>&1 &
+  running=$!
+  local deadline=$((SECONDS + MARK_TIMEOUT_S))
+  until grep -qsE "$mark" "$log"; do
+    if ((SECONDS >= deadline)) || ! kill -0 "$running" 2>/dev/null; then
+      printf 'FAIL %-10s never reached /%s/ (log below)\n' "$name" "$mark"
+      cat "$log"
+      failures=$((failures + 1))
+      kill -KILL -- "-$running" 2>/dev/null || true
+      running=
+      return
+    fi
+    sleep 0.1
+  done
+  sleep "$delay"
+  local before
+  before=$(in_session "$running")
+  kill -INT -- "-$running"
+  local rc=0 waited=0 line
+  while kill -0 "$running" 2>/dev/null && ((waited < EXIT_TIMEOUT_S * 10)); do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  if kill -0 "$running" 2>/dev/null; then
+    rc=timeout
+  else
+    wait "$running" || rc=$?
+  fi
+  local left fails
+  left=$(in_session "$running")
+  fails=$(grep -c 'FAIL' "$log" || true)
+  if [[ $rc == 130 && $fails == 0 && -z $left ]]; then
+    printf 'ok   %-10s exit 130 after %.1f s, 0 FAIL lines, 0 processes left; running at the signal:\n' \
+      "$name" "$(jq -rn --argjson t "$waited" '$t / 10')"
+  else
+    printf 'FAIL %-10s exit %s (want 130), %s FAIL lines (want 0), processes left: %s\n' \
+      "$name" "$rc" "$fails" "${left:-none}"
+    sed 's/^/     log: /' "$log"
+    failures=$((failures + 1))
+  fi
+  while IFS= read -r line; do printf '       %s\n' "$line"; done <<<"$before"
+  kill -KILL -- "-$running" 2>/dev/null || true
+  running=
+}
+
+point start '^verify.sh: mode=local' 0
+point keepalive '^7b gzip' 3
+point ghz '^8c ' 2 GHZ_TOTAL=500000
+
+if ((failures > 0)); then
+  echo "$failures of 3 interrupt points failed"
+  exit 1
+fi
+echo "3 of 3 interrupt points passed"
