@@ -534,6 +534,10 @@ async fn tcp_stalled_readers_stay_charged_until_the_kernel_closes_them() {
     let mut stalled = TcpStalledReader::open(server.addr(), 4096, 10)
         .await
         .expect("connects");
+    // Let the server take that page first: a probe's page in flight at that
+    // moment would get the stalled reader refused instead (with two workers
+    // the two connections are served in parallel). Not a timing assertion.
+    tokio::time::sleep(Duration::from_secs(1)).await;
 
     // When another client asks for the same page, then it does not fit:
     // the stalled reader's page is still charged to the budget.
