@@ -44,6 +44,15 @@ pub struct ReceiveWindows {
     pub connection: u32,
 }
 
+impl ReceiveWindows {
+    /// A stalled reader's: no DATA on any stream, ever, and the protocol's
+    /// default connection window.
+    pub const STALLED: Self = Self {
+        stream: 0,
+        connection: 65_535,
+    };
+}
+
 impl Default for ReceiveWindows {
     /// The protocol's defaults: 65,535 bytes each.
     fn default() -> Self {

@@ -5,9 +5,9 @@
 //! Three binaries sit on top:
 //! - `abuse` runs the attacks of issues 6 and 14 one by one (`stall`,
 //!   `madeyoureset`, `fdflood`, `nopreface`, `slowbody`, `contenttype`,
-//!   `pingflood`, `bigframes`, `wuflood`) and prints one JSON line each:
-//!   what the server did, its peak memory, and how a well-behaved client
-//!   fared meanwhile.
+//!   `pingflood`, `bigframes`, `wuflood`, `tcpstall`, `lockout`) and prints
+//!   one JSON line each: what the server did, its peak memory, and how a
+//!   well-behaved client fared meanwhile.
 //! - `bench` measures server CPU per call, latency and memory per idle
 //!   connection, for one server or two side by side.
 //! - `link-chart` measures the catalog over emulated links and a sweep of

@@ -133,6 +133,62 @@ pub fn listening_pid(target: SocketAddr) -> Option<u32> {
     None
 }
 
+/// Socket state "established" in `/proc/net/tcp` (`TCP_ESTABLISHED` = 01).
+const TCP_ESTABLISHED: &str = "01";
+
+/// The server's side of its connections, as one `/proc/net/tcp{,6}` table
+/// shows them: sockets whose local address is `server`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ServerSockets {
+    /// Connections still established.
+    pub established: usize,
+    /// Their send queues summed (`tx_queue`: bytes written and not yet
+    /// acknowledged by the peer, what `ss` calls Send-Q).
+    pub send_queue_bytes: u64,
+}
+
+impl ServerSockets {
+    /// Reads the table and adds what it shows for `server`.
+    pub fn add_table(&mut self, table: &str, server: SocketAddr) {
+        for line in table.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(queues)) =
+                (fields.get(1), fields.get(3), fields.get(4))
+            else {
+                continue;
+            };
+            if *state != TCP_ESTABLISHED || parse_proc_addr(local) != Some(server) {
+                continue;
+            }
+            self.established += 1;
+            let tx = queues.split_once(':').map_or("0", |(tx, _)| tx);
+            self.send_queue_bytes += u64::from_str_radix(tx, 16).unwrap_or(0);
+        }
+    }
+
+    /// Both live tables of this network namespace; `None` if neither reads.
+    pub fn read(server: SocketAddr) -> Option<Self> {
+        let mut sockets = Self::default();
+        let mut read_any = false;
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            if let Ok(text) = fs::read_to_string(table) {
+                sockets.add_table(&text, server);
+                read_any = true;
+            }
+        }
+        read_any.then_some(sockets)
+    }
+}
+
+/// Memory the kernel holds for all TCP sockets, in pages: the `mem` of the
+/// `TCP:` line of `/proc/net/sockstat` (what `tcp_mem`'s limits count).
+pub fn sockstat_tcp_mem_pages(sockstat: &str) -> Option<u64> {
+    let line = sockstat.lines().find(|l| l.starts_with("TCP:"))?;
+    let mut words = line.split_whitespace();
+    words.find(|w| *w == "mem")?;
+    words.next()?.parse().ok()
+}
+
 /// A `kB` line of `/proc/PID/status`, e.g. `VmRSS:   12345 kB`, in bytes.
 pub fn status_bytes(status: &str, key: &str) -> Option<u64> {
     status.lines().find_map(|line| {
@@ -347,6 +403,38 @@ mod tests {
             listening_inodes(TCP6, addr("127.0.0.1:9191")),
             Vec::<u64>::new()
         );
+    }
+
+    /// Given two server-side sockets of 127.0.0.1:9180 (one with 0x1000
+    /// bytes queued), the client's own end and a listener, only the two
+    /// server-side ones count.
+    #[test]
+    fn server_sockets_count_established_local_ends() {
+        if !cfg!(target_endian = "little") {
+            return;
+        }
+        let table = format!(
+            "{TCP}   3: 0100007F:23DC 0100007F:9C40 01 00001000:00000000 00:00000000 00000000     0        0 4545 1 0000000000000000 20 4 30 10 -1
+   4: 0100007F:23DC 0100007F:9C41 01 00000000:00000010 00:00000000 00000000     0        0 4646 1 0000000000000000 20 4 30 10 -1
+"
+        );
+        let mut sockets = ServerSockets::default();
+        sockets.add_table(&table, addr("127.0.0.1:9180"));
+        assert_eq!(
+            sockets,
+            ServerSockets {
+                established: 2,
+                send_queue_bytes: 0x1000
+            }
+        );
+    }
+
+    #[test]
+    fn sockstat_mem_is_in_pages() {
+        let sockstat =
+            "sockets: used 19\nTCP: inuse 2 orphan 0 tw 0 alloc 2 mem 50\nUDP: inuse 0 mem 0\n";
+        assert_eq!(sockstat_tcp_mem_pages(sockstat), Some(50));
+        assert_eq!(sockstat_tcp_mem_pages("UDP: inuse 0 mem 3\n"), None);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use bytes::BytesMut;
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
     net::{
-        TcpStream,
+        TcpSocket, TcpStream,
         tcp::{OwnedReadHalf, OwnedWriteHalf},
     },
 };
@@ -210,7 +210,26 @@ pub struct RawConn {
 impl RawConn {
     /// Opens the TCP connection. Nothing is sent yet.
     pub async fn connect(addr: SocketAddr) -> Result<Self, RawError> {
-        let tcp = TcpStream::connect(addr).await?;
+        Self::from_tcp(addr, TcpStream::connect(addr).await?)
+    }
+
+    /// [`Self::connect`] with the socket's receive buffer (`SO_RCVBUF`) set
+    /// to `bytes` before connecting, so the TCP window it advertises stays
+    /// that small (Linux doubles the value, and keeps a floor of a few KiB).
+    pub async fn connect_with_receive_buffer(
+        addr: SocketAddr,
+        bytes: u32,
+    ) -> Result<Self, RawError> {
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        socket.set_recv_buffer_size(bytes)?;
+        Self::from_tcp(addr, socket.connect(addr).await?)
+    }
+
+    fn from_tcp(addr: SocketAddr, tcp: TcpStream) -> Result<Self, RawError> {
         // Frames must leave when written, not when Nagle decides.
         tcp.set_nodelay(true)?;
         let (read, write) = tcp.into_split();

@@ -1,15 +1,44 @@
 //! Server-wide byte budgets: how much memory calls in flight may hold at once.
 //!
-//! A budget never waits: a call that does not fit is refused at once, so a
+//! A budget never queues: a call that does not fit is refused at once, so a
 //! flood of calls cannot queue without bound behind a slow one. The server
 //! keeps two, one for responses being sent ([`crate::knobs::RESPONSE_BUDGET_BYTES`])
 //! and one for requests being received ([`crate::knobs::REQUEST_BUDGET_BYTES`]);
 //! [`crate::edge`] charges them.
+//!
+//! The response budget is also shared fairly between connections
+//! ([`ByteBudget::with_connection_share`]):
+//! - **a share per connection**: one connection ([`Holder`]) may hold at most
+//!   its share ([`crate::knobs::RESPONSE_SHARE_PERCENT`]); past it, its new
+//!   calls are refused, however much budget is free;
+//! - **a stalled holder makes room**: when the budget is full and a call
+//!   arrives, the connection that holds the most and has made no send
+//!   progress for [`crate::knobs::STALLED_HOLDER_AFTER`] is closed (its
+//!   [`Closer`]), and the call waits up to [`EVICTION_WAIT`] for the room to
+//!   come free. Only if no holder is stalled is the newcomer refused.
+//!
+//! grpc-go has no budget: it serves everyone and spends the memory (309 MiB
+//! under the lock-out attack of issue 14). This server bounds the memory and
+//! shares it instead.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicUsize, Ordering},
+use std::{
+    sync::{
+        Arc, Mutex, OnceLock, Weak,
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
 };
+
+use crate::connection::Closer;
+
+/// How long a call that made a stalled holder close waits for its room: 1 s.
+/// Closing takes the connection's task one wake-up to drop its streams, so
+/// the room is normally free within milliseconds; past this, the call is
+/// refused as if no one had been closed.
+pub const EVICTION_WAIT: Duration = Duration::from_secs(1);
+
+/// How often a call waiting for room after an eviction looks again: 5 ms.
+const EVICTION_POLL: Duration = Duration::from_millis(5);
 
 /// A number of bytes shared by every call that takes from it.
 #[derive(Debug)]
@@ -20,14 +49,53 @@ pub struct ByteBudget {
     /// An atomic, not a semaphore: taking never waits, and the hot path is
     /// one compare-and-swap.
     in_use: AtomicUsize,
+    /// Most one [`Holder`] may hold at once (`limit` when not shared).
+    share: usize,
+    /// A holder with no send progress for this long may be closed to make
+    /// room (`None`: never).
+    stalled_after: Option<Duration>,
+    /// Every holder that has reserved, for the (rare) search for a stalled
+    /// one; dead entries are pruned as the list grows.
+    holders: Mutex<Holders>,
+}
+
+#[derive(Debug, Default)]
+struct Holders {
+    list: Vec<Weak<Holder>>,
+    /// Prune dead entries when the list reaches this length.
+    prune_at: usize,
+}
+
+/// Why a reservation was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The holder already has its share.
+    Share,
+    /// The budget is full (and no stalled holder could make room).
+    Full,
 }
 
 impl ByteBudget {
     pub fn new(name: &'static str, limit: usize) -> Arc<Self> {
+        Self::with_connection_share(name, limit, limit, None)
+    }
+
+    /// A budget of which one connection may hold at most `share` bytes, and
+    /// where a connection stalled for `stalled_after` is closed when a call
+    /// finds the budget full (see the module docs).
+    pub fn with_connection_share(
+        name: &'static str,
+        limit: usize,
+        share: usize,
+        stalled_after: Option<Duration>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             name,
             limit,
             in_use: AtomicUsize::new(0),
+            share: share.min(limit),
+            stalled_after,
+            holders: Mutex::new(Holders::default()),
         })
     }
 
@@ -50,7 +118,114 @@ impl ByteBudget {
         self.try_take(bytes).then(|| Reservation {
             budget: Arc::clone(self),
             bytes,
+            holder: None,
         })
+    }
+
+    /// Takes `bytes` for `holder`, within its share. Never waits.
+    pub fn try_reserve_for(
+        self: &Arc<Self>,
+        holder: &Arc<Holder>,
+        bytes: usize,
+    ) -> Result<Reservation, Refusal> {
+        let before = holder
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(bytes).filter(|total| *total <= self.share)
+            })
+            // A share as large as the budget is no share: the budget is full.
+            .map_err(|_| {
+                if self.share < self.limit {
+                    Refusal::Share
+                } else {
+                    Refusal::Full
+                }
+            })?;
+        if !self.try_take(bytes) {
+            holder.held.fetch_sub(bytes, Ordering::AcqRel);
+            return Err(Refusal::Full);
+        }
+        if before == 0 {
+            // A holder's stall clock starts when it starts holding.
+            holder.progressed();
+        }
+        if !holder.registered.swap(true, Ordering::AcqRel) {
+            self.register(holder);
+        }
+        Ok(Reservation {
+            budget: Arc::clone(self),
+            bytes,
+            holder: Some(Arc::clone(holder)),
+        })
+    }
+
+    /// [`Self::try_reserve_for`], but when the budget is full, closes the
+    /// stalled holder that holds the most (if any, other than `holder`) and
+    /// waits up to [`EVICTION_WAIT`] for its room.
+    pub async fn reserve_for(
+        self: &Arc<Self>,
+        holder: &Arc<Holder>,
+        bytes: usize,
+    ) -> Result<Reservation, Refusal> {
+        match self.try_reserve_for(holder, bytes) {
+            Err(Refusal::Full) => {}
+            done => return done,
+        }
+        if !self.close_stalled_holder(holder) {
+            return Err(Refusal::Full);
+        }
+        let give_up = tokio::time::Instant::now() + EVICTION_WAIT;
+        loop {
+            tokio::time::sleep(EVICTION_POLL).await;
+            match self.try_reserve_for(holder, bytes) {
+                Err(Refusal::Full) if tokio::time::Instant::now() < give_up => {}
+                done => return done,
+            }
+        }
+    }
+
+    /// Closes the holder, other than `except`, that holds the most of this
+    /// budget among those with no send progress for `stalled_after`.
+    /// Returns false if there is none.
+    fn close_stalled_holder(&self, except: &Arc<Holder>) -> bool {
+        let Some(stalled_after) = self.stalled_after else {
+            return false;
+        };
+        let now = now_ms();
+        let stalled_ms = u64::try_from(stalled_after.as_millis()).unwrap_or(u64::MAX);
+        let holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
+        let victim = holders
+            .list
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|h| !Arc::ptr_eq(h, except) && !h.closed.load(Ordering::Acquire))
+            .filter(|h| {
+                now.saturating_sub(h.last_progress_ms.load(Ordering::Acquire)) >= stalled_ms
+            })
+            .filter(|h| h.held() > 0)
+            .max_by_key(|h| h.held());
+        drop(holders);
+        let Some(victim) = victim else {
+            return false;
+        };
+        tracing::warn!(
+            held = %mib(victim.held()),
+            stalled_secs = stalled_after.as_secs(),
+            "{} full: closing the connection that holds the most and has sent nothing for the stall time",
+            self.describe()
+        );
+        victim.closed.store(true, Ordering::Release);
+        victim.closer.close();
+        true
+    }
+
+    fn register(&self, holder: &Arc<Holder>) {
+        let mut holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
+        if holders.list.len() >= holders.prune_at {
+            holders.list.retain(|h| h.strong_count() > 0);
+            holders.prune_at = (2 * holders.list.len()).max(64);
+        }
+        holders.list.push(Arc::downgrade(holder));
     }
 
     pub fn in_use(&self) -> usize {
@@ -61,6 +236,59 @@ impl ByteBudget {
     pub fn describe(&self) -> String {
         format!("{} ({})", self.name, mib(self.limit))
     }
+
+    /// "per-connection share of the response budget (32 MiB)".
+    pub fn describe_share(&self) -> String {
+        format!(
+            "per-connection share of the {} ({})",
+            self.name,
+            mib(self.share)
+        )
+    }
+}
+
+/// One connection's account with the response budget: how much its
+/// responses hold, when they last made send progress, and how to close it.
+#[derive(Debug)]
+pub struct Holder {
+    held: AtomicUsize,
+    /// [`now_ms`] when a response of this connection last sent a slice
+    /// ([`Reservation::progressed`]), or when it started holding.
+    last_progress_ms: AtomicU64,
+    /// In its budget's list of holders.
+    registered: AtomicBool,
+    /// Already closed to make room: not chosen twice.
+    closed: AtomicBool,
+    closer: Closer,
+}
+
+impl Holder {
+    pub fn new(closer: Closer) -> Arc<Self> {
+        Arc::new(Self {
+            held: AtomicUsize::new(0),
+            last_progress_ms: AtomicU64::new(now_ms()),
+            registered: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            closer,
+        })
+    }
+
+    /// Bytes this connection holds now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
+    }
+
+    fn progressed(&self) {
+        self.last_progress_ms.store(now_ms(), Ordering::Release);
+    }
+}
+
+/// Milliseconds since the first call: a cheap monotonic clock for
+/// [`Holder`]s, which an atomic can hold.
+fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let elapsed = EPOCH.get_or_init(Instant::now).elapsed();
+    u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Bytes taken from a [`ByteBudget`], given back when this is dropped.
@@ -68,17 +296,28 @@ impl ByteBudget {
 pub struct Reservation {
     budget: Arc<ByteBudget>,
     bytes: usize,
+    holder: Option<Arc<Holder>>,
 }
 
 impl Reservation {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// The response this pays for sent a slice: its holder is not stalled.
+    pub fn progressed(&self) {
+        if let Some(holder) = &self.holder {
+            holder.progressed();
+        }
+    }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.budget.give_back(self.bytes);
+        if let Some(holder) = &self.holder {
+            holder.held.fetch_sub(self.bytes, Ordering::AcqRel);
+        }
     }
 }
 
@@ -121,6 +360,88 @@ mod tests {
         budget.give_back(4);
         assert!(budget.try_take(4));
         assert!(!budget.try_take(usize::MAX), "no overflow past the limit");
+    }
+
+    fn holder() -> (Arc<Holder>, Arc<tokio::sync::Notify>) {
+        let notify = Arc::new(tokio::sync::Notify::new());
+        (Holder::new(Closer(Arc::clone(&notify))), notify)
+    }
+
+    /// Given a 100-byte budget with a 40-byte share per connection, one
+    /// connection is refused past its share although 60 bytes are free,
+    /// while another connection still gets its own share.
+    #[test]
+    fn a_connection_is_held_to_its_share() {
+        let budget = ByteBudget::with_connection_share("test budget", 100, 40, None);
+        let ((greedy, _), (other, _)) = (holder(), holder());
+        let a = budget.try_reserve_for(&greedy, 30).expect("30 of 40");
+        assert_eq!(
+            budget.try_reserve_for(&greedy, 11).err(),
+            Some(Refusal::Share)
+        );
+        let b = budget.try_reserve_for(&other, 40).expect("its own share");
+        assert_eq!((greedy.held(), other.held(), budget.in_use()), (30, 40, 70));
+        drop((a, b));
+        assert_eq!((greedy.held(), other.held(), budget.in_use()), (0, 0, 0));
+        assert_eq!(
+            budget.describe_share(),
+            "per-connection share of the test budget (0.0 MiB)"
+        );
+    }
+
+    /// Given a full budget held by a stalled connection and by a larger one
+    /// that makes progress, when a third connection asks, then the stalled
+    /// one is closed (not the larger one, which is sending, nor the asker),
+    /// and the asker gets its room once the stalled one's reservation is
+    /// dropped.
+    #[tokio::test]
+    async fn a_stalled_holder_is_closed_to_make_room() {
+        let stall = Duration::from_millis(50);
+        let budget = ByteBudget::with_connection_share("test budget", 100, 60, Some(stall));
+        let ((stalled, stalled_closed), (busy, busy_closed), (newcomer, _)) =
+            (holder(), holder(), holder());
+        let held_by_stalled = budget.try_reserve_for(&stalled, 40).expect("fits");
+        let held_by_busy = budget.try_reserve_for(&busy, 60).expect("fits");
+        tokio::time::sleep(stall * 2).await;
+        // `busy` sends all the time: its last progress is always recent.
+        held_by_busy.progressed();
+        let done = Arc::new(AtomicBool::new(false));
+        let busy_until = Arc::clone(&done);
+        let keep_busy = tokio::spawn(async move {
+            while !busy_until.load(Ordering::Acquire) {
+                held_by_busy.progressed();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            held_by_busy
+        });
+        // The closed connection drops its streams, and so its reservation.
+        let dropper = tokio::spawn(async move {
+            stalled_closed.notified().await;
+            drop(held_by_stalled);
+        });
+        let got = budget.reserve_for(&newcomer, 40).await.expect("room made");
+        assert_eq!((got.bytes(), budget.in_use()), (40, 100));
+        done.store(true, Ordering::Release);
+        dropper.await.expect("the stalled holder was closed");
+        let _busy = keep_busy.await.expect("busy kept its reservation");
+        let busy_was_closed =
+            tokio::time::timeout(Duration::from_millis(50), busy_closed.notified()).await;
+        assert!(busy_was_closed.is_err(), "the busy holder was closed");
+    }
+
+    /// With no holder stalled long enough, a full budget refuses at once.
+    #[tokio::test]
+    async fn no_stalled_holder_means_refused() {
+        let budget = ByteBudget::with_connection_share(
+            "test budget",
+            100,
+            100,
+            Some(Duration::from_secs(3600)),
+        );
+        let ((a, _), (b, _)) = (holder(), holder());
+        let _held = budget.try_reserve_for(&a, 100).expect("fits");
+        assert_eq!(budget.reserve_for(&b, 1).await.err(), Some(Refusal::Full));
+        assert_eq!(b.held(), 0, "a refused call holds nothing");
     }
 
     #[test]

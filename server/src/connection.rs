@@ -9,7 +9,9 @@
 //!   ([`crate::server`]).
 //! - [`Connection`] wraps each accepted stream and watches its frames in
 //!   both directions with [`h2_frames::FrameTracker`]:
-//!   - **handshake timeout**: no preface and SETTINGS in time, closed;
+//!   - **handshake timeout**: no preface, SETTINGS and acknowledgement of
+//!     the server's SETTINGS in time, closed (RFC 9113 §6.5.3 allows this
+//!     `SETTINGS_TIMEOUT`; a client that never reads never acknowledges);
 //!   - **ping floor** ([`PingPolicy`]): the third PING strike gets that
 //!     PING's ACK, then GOAWAY `ENHANCE_YOUR_CALM` `too_many_pings`, written
 //!     between two outgoing frames, and the connection is closed once it is
@@ -40,6 +42,7 @@ use tokio::{
     time::Sleep,
 };
 
+use crate::budget::Holder;
 use crate::coalesce::Coalesce;
 use crate::knobs::{
     ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, CONTROL_FRAMES_PER_STREAM, FD_HEADROOM,
@@ -58,7 +61,8 @@ const PING_PAYLOAD_LEN: usize = 8;
 /// The rules every connection is held to.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionPolicy {
-    /// Preface and SETTINGS must arrive within this.
+    /// Preface, SETTINGS and the ack of the server's SETTINGS must arrive
+    /// within this.
     pub handshake_timeout: Duration,
     /// Least time between two client PINGs (`None`: no floor).
     pub min_ping_interval: Option<Duration>,
@@ -67,6 +71,53 @@ pub struct ConnectionPolicy {
     /// Control frames that make no progress a connection may send
     /// ([`ControlFrameBudget`]; `None`: no guard).
     pub control_frame_budget: Option<u32>,
+    /// The kernel closes the connection when its sent bytes stay
+    /// unacknowledged this long, zero-window probes included
+    /// (`TCP_USER_TIMEOUT`, see [`crate::knobs::KEEPALIVE_TIMEOUT`]).
+    /// `None`: the kernel's default (about 15 minutes of retransmissions).
+    pub tcp_user_timeout: Option<Duration>,
+    /// Unsent bytes the kernel may queue for the connection
+    /// (`TCP_NOTSENT_LOWAT`, see [`crate::knobs::TCP_NOTSENT_LOWAT`]).
+    /// `None`: as many as the send buffer holds.
+    pub tcp_notsent_lowat: Option<u32>,
+}
+
+/// Puts the kernel's buffers for an accepted socket inside the server's
+/// bounds (Linux and Android; see [`ConnectionPolicy`]):
+/// - `TCP_USER_TIMEOUT`: a peer that acknowledges nothing, or keeps its
+///   receive window shut, is closed by the kernel itself, whatever requests
+///   it keeps sending. hyper's keepalive cannot do this: it counts every
+///   request as activity. grpc-go sets the same option to its keepalive
+///   timeout.
+/// - `TCP_NOTSENT_LOWAT`: the socket accepts more only while fewer unsent
+///   bytes than this are queued, so a response bigger than that stays in
+///   h2, charged to the response budget and under the send deadline, until
+///   the peer really takes it. The kernel's autotuned send buffer still
+///   grows for bytes in flight, so a fast, distant reader is not slowed.
+///
+/// Why not wait for the kernel's queue to drain (`SIOCOUTQ`, or `TCP_INFO`'s
+/// `tcpi_notsent_bytes` and `tcpi_bytes_acked`) before a response counts as
+/// sent: no safe crate reads them (socket2 0.6, rustix 1.1 and nix 0.32 do
+/// not), and this workspace forbids `unsafe`. These two options bound the
+/// same bytes: at most the low-water mark (plus what the peer's window lets
+/// fly) leaves the budget early, and never for longer than the user
+/// timeout.
+///
+/// Elsewhere (macOS, Windows) neither option is set: a stalled reader is
+/// still closed by the send deadline, but the last send buffer's worth of
+/// a response leaves the budget when the kernel takes it.
+fn bound_kernel_buffers(stream: &TcpStream, policy: &ConnectionPolicy) -> io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let socket = socket2::SockRef::from(stream);
+        socket.set_tcp_user_timeout(policy.tcp_user_timeout)?;
+        if let Some(lowat) = policy.tcp_notsent_lowat {
+            socket.set_tcp_notsent_lowat(lowat)?;
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = (stream, policy);
+    Ok(())
 }
 
 /// Raises the soft open-file limit to the hard limit, logs both, and returns
@@ -383,17 +434,21 @@ pub fn makes_no_progress(header: &FrameHeader, open_streams: &HashSet<u32>) -> b
 }
 
 /// What a handler learns about its connection (tonic puts this in every
-/// request's extensions): the peer, and a way to close the connection.
+/// request's extensions): the peer, a way to close the connection, and its
+/// account with the response budget.
 #[derive(Debug, Clone)]
 pub struct ConnectionInfo {
     pub remote_addr: SocketAddr,
     pub closer: Closer,
+    /// What this connection's responses hold of the response budget, held
+    /// to its share (see [`crate::budget`]).
+    pub responses: Arc<Holder>,
 }
 
 /// Closes one connection from outside its task, e.g. when a response on it
 /// missed its send deadline.
 #[derive(Debug, Clone)]
-pub struct Closer(Arc<Notify>);
+pub struct Closer(pub(crate) Arc<Notify>);
 
 impl Closer {
     /// The connection fails its next read or write, and hyper drops it with
@@ -447,7 +502,7 @@ pub struct Connection {
     _slot: OwnedSemaphorePermit,
     inbound: FrameTracker,
     outbound: FrameTracker,
-    /// Running until the client's SETTINGS has arrived.
+    /// Running until the client has acknowledged the server's SETTINGS.
     handshake: Option<Pin<Box<Sleep>>>,
     handshake_timeout: Duration,
     pings: PingPolicy,
@@ -468,12 +523,17 @@ impl Connection {
         slot: OwnedSemaphorePermit,
         policy: ConnectionPolicy,
     ) -> Self {
+        if let Err(e) = bound_kernel_buffers(&stream, &policy) {
+            tracing::debug!(peer = %remote_addr, "cannot bound the socket's kernel buffers: {e}");
+        }
         let notify = Arc::new(Notify::new());
+        let closer = Closer(Arc::clone(&notify));
         Self {
             stream: Coalesce::new(stream),
             info: ConnectionInfo {
                 remote_addr,
-                closer: Closer(Arc::clone(&notify)),
+                responses: Holder::new(closer.clone()),
+                closer,
             },
             _slot: slot,
             // PING payloads are kept (8 bytes each) to ACK the PING that
@@ -503,6 +563,7 @@ impl Connection {
             info,
             ..
         } = self;
+        let mut settings_acked = false;
         inbound.feed(bytes, |frame: Frame<'_>| {
             let h = frame.header;
             if let Some(budget) = control_frames.as_mut()
@@ -514,6 +575,7 @@ impl Connection {
                 *pending = Goaway::pending(GoAway::too_many_control_frames(*last_stream_id).encode());
             }
             match h.kind {
+                kind::SETTINGS if h.has(flag::ACK) => settings_acked = true,
                 kind::HEADERS if h.stream_id > *last_stream_id => {
                     *last_stream_id = h.stream_id;
                     open_streams.insert(h.stream_id);
@@ -543,7 +605,9 @@ impl Connection {
                 _ => {}
             }
         });
-        if self.handshake.is_some() && self.inbound.frames_done() > 0 {
+        // The client has read the server's SETTINGS and answered: it is a
+        // reader, and the handshake is over.
+        if settings_acked {
             self.handshake = None;
         }
     }
@@ -635,7 +699,7 @@ impl AsyncRead for Connection {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!(
-                    "no HTTP/2 preface and SETTINGS within {:?}",
+                    "no HTTP/2 preface, SETTINGS and SETTINGS ack within {:?}",
                     this.handshake_timeout
                 ),
             )));
@@ -823,6 +887,8 @@ mod tests {
             min_ping_interval: Some(FLOOR),
             permit_pings_without_calls: true,
             control_frame_budget: Some(1000),
+            tcp_user_timeout: None,
+            tcp_notsent_lowat: None,
         })
         .await;
 
@@ -952,6 +1018,8 @@ mod tests {
             min_ping_interval: None,
             permit_pings_without_calls: true,
             control_frame_budget: Some(10),
+            tcp_user_timeout: None,
+            tcp_notsent_lowat: None,
         })
         .await;
 

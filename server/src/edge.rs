@@ -11,9 +11,13 @@
 //!   the client gets `DEADLINE_EXCEEDED` and the handler is dropped.
 //! - A response whose handler reserved memory from the response budget
 //!   (ListRoutes, see [`crate::service`]) keeps that reservation until its
-//!   last byte has left; if that takes longer than the send deadline, the
-//!   client is not reading, and its connection is closed. Only ListRoutes
-//!   pays for this: GetQuote answers pass the edge with nothing added.
+//!   last byte has been handed to the kernel, which queues no more than
+//!   `TCP_NOTSENT_LOWAT` unsent bytes per connection (see
+//!   [`crate::connection`]); if that takes longer than the send deadline,
+//!   the client is not reading, and its connection is closed. Each slice of
+//!   the response that h2 takes is send progress for the connection's
+//!   budget account. Only ListRoutes pays for this: GetQuote answers pass
+//!   the edge with nothing added.
 
 use std::{
     future::Future,
@@ -31,7 +35,7 @@ use tonic::{Status, body::Body};
 use tower::{Layer, Service};
 
 use crate::{
-    budget::{ByteBudget, Reservation, mib},
+    budget::{ByteBudget, Refusal, Reservation, mib},
     connection::ConnectionInfo,
 };
 
@@ -303,28 +307,46 @@ pub fn hold_until_sent(
 ) -> http::Response<Body> {
     let (sent, watched) = oneshot::channel();
     let held = Arc::new(InFlight {
-        _reservation: reservation,
+        reservation,
         _sent: sent,
     });
     watch_send_deadline(watched, connection, deadline);
-    response.map(|body| Body::new(HeldBody { body, held }))
+    response.map(|body| {
+        Body::new(HeldBody {
+            body,
+            held,
+            rest: Bytes::new(),
+        })
+    })
 }
 
 /// What a budgeted response holds until its last byte has left the server:
 /// the reservation, and the sender whose drop tells the deadline watcher.
 #[derive(Debug)]
 struct InFlight {
-    _reservation: Arc<Reservation>,
+    reservation: Arc<Reservation>,
     _sent: oneshot::Sender<()>,
 }
 
 /// The bytes of a budgeted response, each chunk holding the [`InFlight`]
 /// share: h2 may keep a chunk queued after the body ends, and the memory is
 /// only free, and the budget only given back, when the last chunk is gone.
+///
+/// A chunk is handed to h2 in slices of at most [`PROGRESS_SLICE`] (tonic
+/// yields a whole page as one chunk). hyper asks for the next slice only
+/// when h2 has room to send it, so each slice taken is send progress, which
+/// keeps the connection from counting as stalled (see [`crate::budget`]).
 struct HeldBody {
     body: Body,
     held: Arc<InFlight>,
+    /// What is left of the chunk being sliced.
+    rest: Bytes,
 }
+
+/// Largest slice of a budgeted response handed to h2 at once: 64 KiB, a
+/// few DATA frames, and well under h2's per-stream send buffer (400 KiB),
+/// so that h2 takes slices as they go out rather than all at once.
+pub const PROGRESS_SLICE: usize = 64 * 1024;
 
 struct HeldChunk {
     bytes: Bytes,
@@ -337,6 +359,18 @@ impl AsRef<[u8]> for HeldChunk {
     }
 }
 
+impl HeldBody {
+    /// The next slice of `rest`, holding the reservation.
+    fn next_slice(&mut self) -> Bytes {
+        let slice = self.rest.split_to(self.rest.len().min(PROGRESS_SLICE));
+        self.held.reservation.progressed();
+        Bytes::from_owner(HeldChunk {
+            bytes: slice,
+            _held: Arc::clone(&self.held),
+        })
+    }
+}
+
 impl HttpBody for HeldBody {
     type Data = Bytes;
     type Error = Status;
@@ -346,25 +380,34 @@ impl HttpBody for HeldBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         let this = self.get_mut();
+        if !this.rest.is_empty() {
+            return Poll::Ready(Some(Ok(Frame::data(this.next_slice()))));
+        }
         let frame = ready!(Pin::new(&mut this.body).poll_frame(cx));
         Poll::Ready(frame.map(|frame| {
-            frame.map(|frame| {
-                frame.map_data(|bytes| {
-                    Bytes::from_owner(HeldChunk {
-                        bytes,
-                        _held: Arc::clone(&this.held),
-                    })
-                })
+            frame.map(|frame| match frame.into_data() {
+                Ok(bytes) => {
+                    this.rest = bytes;
+                    Frame::data(this.next_slice())
+                }
+                Err(trailers) => trailers,
             })
         }))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.rest.is_empty() && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
+        let inner = self.body.size_hint();
+        let rest = self.rest.len() as u64;
+        let mut hint = http_body::SizeHint::new();
+        hint.set_lower(inner.lower().saturating_add(rest));
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper.saturating_add(rest));
+        }
+        hint
     }
 }
 
@@ -390,6 +433,18 @@ fn watch_send_deadline(
             }
         }
     });
+}
+
+/// The status a handler returns when the response budget refused it.
+pub fn response_budget_refused(budget: &ByteBudget, refusal: Refusal, bytes: usize) -> Status {
+    match refusal {
+        Refusal::Full => response_budget_full(budget, bytes),
+        Refusal::Share => Status::resource_exhausted(format!(
+            "{} is in use by this connection's responses being sent; this one needs {}: read them first, retry later, or ask for a smaller page (page_size, field_mask)",
+            budget.describe_share(),
+            mib(bytes)
+        )),
+    }
 }
 
 /// The status a handler returns when the response budget is full.

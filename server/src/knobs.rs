@@ -31,6 +31,15 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How long the server waits for the PING ack before it closes the
 /// connection as dead: 20 s (grpc-go's default keepalive timeout).
+///
+/// The same value is the accepted sockets' `TCP_USER_TIMEOUT` (Linux), as
+/// in grpc-go: when bytes the server sent stay unacknowledged for this
+/// long, or the peer keeps its TCP receive window shut this long (the
+/// kernel's zero-window probes count), the kernel closes the connection.
+/// hyper's keepalive cannot: it counts the requests a stalled client keeps
+/// sending as activity. The client sees its connection reset. The kernel
+/// checks at its probe times (0.2 s, doubling), so a TCP-stalled reader is
+/// closed between 20 s and about 26 s after it stopped reading.
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The floor on how often a *client* may PING this server: 5 s, as in the
@@ -122,6 +131,45 @@ pub const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 /// starved by it.
 pub const RESPONSE_BUDGET_BYTES: usize = 128 * 1024 * 1024;
 
+/// Share of the response budget one connection may hold at once: 25 %
+/// (32 MiB of 128 MiB, six full pages).
+///
+/// Without it, one client that never reads can hold the whole budget for
+/// the send deadline, and renew it by reconnecting, so that every other
+/// client's ListRoutes is refused. Past its share, a connection's new
+/// ListRoutes calls get `RESOURCE_EXHAUSTED` ("per-connection share of the
+/// response budget (32 MiB) is in use by this connection's responses...");
+/// other connections are still served. A quarter: four stalled
+/// connections are needed to fill the budget, and then the stall rule
+/// ([`STALLED_HOLDER_AFTER`]) makes room.
+pub const RESPONSE_SHARE_PERCENT: u8 = 25;
+
+/// A connection whose budgeted responses have sent nothing for 2 s is
+/// "stalled": when the response budget is full and a ListRoutes call
+/// arrives, the stalled connection holding the most is closed, and the call
+/// gets its room (see [`crate::budget`]). Only if none is stalled is the
+/// newcomer refused.
+///
+/// "Sent" is counted in 64 KiB slices of a response taken by h2, which
+/// takes the next only when the previous has gone out; so a reader slower
+/// than 64 KiB per 2 s (256 kbit/s) counts as stalled, but only matters
+/// when the budget is full. The closed client sees its connection end.
+pub const STALLED_HOLDER_AFTER: Duration = Duration::from_secs(2);
+
+/// Unsent bytes the kernel may queue on one connection: 128 KiB
+/// (`TCP_NOTSENT_LOWAT`, Linux; 0 turns it off).
+///
+/// Without it, the kernel takes as much of a response as its autotuned send
+/// buffer holds (up to `tcp_wmem`'s 4 MiB), so a 2 MB page to a client that
+/// stopped reading at the TCP level "leaves" the server at once: it is no
+/// longer charged to the response budget, the send deadline no longer
+/// applies, and 200 such clients held 381 MiB of kernel memory (issue 14).
+/// With it, the rest of the page waits in h2, charged and under the
+/// deadline. It does not cap bytes in flight (the send buffer still grows
+/// with the link's bandwidth × delay), so it does not slow a fast reader;
+/// it costs more, smaller writes once the queue is full.
+pub const TCP_NOTSENT_LOWAT: u32 = 128 * 1024;
+
 /// A budgeted response must be fully handed to the kernel within 30 s.
 ///
 /// This ends stalled readers: a client whose flow-control window stays shut
@@ -152,10 +200,15 @@ pub const REQUEST_BUDGET_BYTES: usize = 64 * 1024 * 1024;
 /// limit, and the cap is that limit minus this headroom.
 pub const FD_HEADROOM: u64 = 64;
 
-/// A new connection must send the HTTP/2 preface and its SETTINGS within
-/// 10 s, or it is closed. Without this, a connection that sends nothing (or
-/// half a preface) holds a file descriptor forever. 10 s is generous for any
-/// real client, TLS-terminating proxies included.
+/// A new connection must send the HTTP/2 preface and its SETTINGS, and
+/// acknowledge the server's SETTINGS, within 10 s, or it is closed (without
+/// a GOAWAY: the client is not reading). Without this, a connection that
+/// sends nothing (or half a preface) holds a file descriptor forever, and
+/// one that never reads the socket can keep sending requests for as long
+/// as its receive buffer takes the small answers. Every HTTP/2 client
+/// acknowledges SETTINGS as soon as it reads them, one round trip after
+/// connecting (RFC 9113 §6.5.3 calls a missing ack `SETTINGS_TIMEOUT`).
+/// 10 s is generous for any real client, TLS-terminating proxies included.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Accept errors such as `EMFILE` (out of file descriptors) back off before
@@ -273,6 +326,22 @@ pub struct Config {
           value_parser = at_least_one_second)]
     pub send_deadline_secs: u64,
 
+    /// Percent of the response budget one connection may hold; past it, its
+    /// ListRoutes calls get RESOURCE_EXHAUSTED.
+    #[arg(long, env = "ROUTING_RESPONSE_SHARE_PERCENT", default_value_t = RESPONSE_SHARE_PERCENT,
+          value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub response_share_percent: u8,
+
+    /// Seconds without send progress after which a connection's responses may
+    /// be closed to make room when the response budget is full.
+    #[arg(long, env = "ROUTING_STALLED_HOLDER_SECS", default_value_t = STALLED_HOLDER_AFTER.as_secs(),
+          value_parser = at_least_one_second)]
+    pub stalled_holder_secs: u64,
+
+    /// Unsent bytes the kernel may queue per connection (TCP_NOTSENT_LOWAT, Linux; 0: no limit).
+    #[arg(long, env = "ROUTING_TCP_NOTSENT_LOWAT", default_value_t = TCP_NOTSENT_LOWAT)]
+    pub tcp_notsent_lowat: u32,
+
     /// Seconds a request body may take to arrive; slower ones get DEADLINE_EXCEEDED.
     #[arg(long, env = "ROUTING_REQUEST_DEADLINE_SECS", default_value_t = REQUEST_DEADLINE.as_secs(),
           value_parser = at_least_one_second)]
@@ -287,7 +356,8 @@ pub struct Config {
     #[arg(long, env = "ROUTING_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: Option<u64>,
 
-    /// Seconds a new connection has to send the HTTP/2 preface and SETTINGS.
+    /// Seconds a new connection has to send the HTTP/2 preface and SETTINGS and
+    /// acknowledge the server's SETTINGS.
     #[arg(long, env = "ROUTING_HANDSHAKE_TIMEOUT_SECS", default_value_t = HANDSHAKE_TIMEOUT.as_secs(),
           value_parser = at_least_one_second)]
     pub handshake_timeout_secs: u64,
@@ -371,6 +441,22 @@ impl Config {
         secs(self.send_deadline_secs)
     }
 
+    /// Bytes of the response budget one connection may hold.
+    pub fn response_share_bytes(&self) -> usize {
+        let percent = u128::from(self.response_share_percent.clamp(1, 100));
+        let share = self.response_budget_bytes as u128 * percent / 100;
+        usize::try_from(share).unwrap_or(self.response_budget_bytes)
+    }
+
+    pub fn stalled_holder_after(&self) -> Duration {
+        secs(self.stalled_holder_secs)
+    }
+
+    /// `None` when switched off (`--tcp-notsent-lowat 0`).
+    pub fn tcp_notsent_lowat(&self) -> Option<u32> {
+        (self.tcp_notsent_lowat > 0).then_some(self.tcp_notsent_lowat)
+    }
+
     pub fn request_deadline(&self) -> Duration {
         secs(self.request_deadline_secs)
     }
@@ -402,6 +488,9 @@ impl Default for Config {
             max_local_error_resets: MAX_LOCAL_ERROR_RESETS,
             response_budget_bytes: RESPONSE_BUDGET_BYTES,
             send_deadline_secs: SEND_DEADLINE.as_secs(),
+            response_share_percent: RESPONSE_SHARE_PERCENT,
+            stalled_holder_secs: STALLED_HOLDER_AFTER.as_secs(),
+            tcp_notsent_lowat: TCP_NOTSENT_LOWAT,
             request_deadline_secs: REQUEST_DEADLINE.as_secs(),
             request_budget_bytes: REQUEST_BUDGET_BYTES,
             max_connections: None,

@@ -45,7 +45,12 @@ pub fn routing_service(config: &Config) -> RoutingServer {
 
 /// The catalog and the response budget, behind GetQuote and ListRoutes.
 fn routing_api(config: &Config) -> RoutingApi {
-    let response_budget = ByteBudget::new("response budget", config.response_budget_bytes);
+    let response_budget = ByteBudget::with_connection_share(
+        "response budget",
+        config.response_budget_bytes,
+        config.response_share_bytes(),
+        Some(config.stalled_holder_after()),
+    );
     RoutingApi::new(Catalog::new(), response_budget, config.send_deadline())
 }
 
@@ -141,6 +146,9 @@ pub async fn run(
             handshake_timeout: config.handshake_timeout(),
             min_ping_interval: config.min_ping_interval(),
             permit_pings_without_calls: config.permit_pings_without_calls,
+            // TCP_USER_TIMEOUT is the keepalive timeout, as in grpc-go.
+            tcp_user_timeout: Some(config.keepalive_timeout()),
+            tcp_notsent_lowat: config.tcp_notsent_lowat(),
             control_frame_budget: config.control_frame_budget(),
         },
     );

@@ -32,7 +32,7 @@ use tower::Service;
 use crate::budget::ByteBudget;
 use crate::catalog::{Catalog, Page};
 use crate::connection::ConnectionInfo;
-use crate::edge::{HeldResponse, hold_until_sent, response_budget_full};
+use crate::edge::{HeldResponse, hold_until_sent, response_budget_full, response_budget_refused};
 use crate::page_codec::PageCodec;
 use crate::quote;
 
@@ -73,11 +73,19 @@ impl RoutingApi {
         let page = self.catalog.page(request.get_ref())?;
         // A page stays in memory until the client has read it: reserve its
         // size, or refuse at once (see knobs::RESPONSE_BUDGET_BYTES).
+        // A call that knows its connection is held to that connection's
+        // share, and may make a stalled connection give up its room.
         let bytes = page.encoded_len();
-        let reservation = self
-            .response_budget
-            .try_reserve(bytes)
-            .ok_or_else(|| response_budget_full(&self.response_budget, bytes))?;
+        let budget = &self.response_budget;
+        let reservation = match request.extensions().get::<ConnectionInfo>() {
+            Some(connection) => budget
+                .reserve_for(&connection.responses, bytes)
+                .await
+                .map_err(|refusal| response_budget_refused(budget, refusal, bytes))?,
+            None => budget
+                .try_reserve(bytes)
+                .ok_or_else(|| response_budget_full(budget, bytes))?,
+        };
         tracing::debug!(
             routes = page.route_count(),
             bytes,

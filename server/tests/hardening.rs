@@ -10,6 +10,7 @@ mod support;
 use std::time::Duration;
 
 use harness::{
+    attacks::tcpstall::TcpStalledReader,
     frame::{ErrorCode, Goaway, flag, kind, setting},
     grpc,
     h2client::{CallEnd, H2Conn, ReceiveWindows, await_end, unfinished_message},
@@ -74,61 +75,22 @@ async fn settings_advertise_the_stream_limit() {
 async fn stalled_readers_are_refused_past_the_budget_then_cut_off() {
     let server = start_with(Config {
         response_budget_bytes: 12 * MIB,
+        // One connection may hold it all: this is about the budget itself.
+        response_share_percent: 100,
         send_deadline_secs: 2,
         ..Config::default()
     })
     .await;
-    let mut stalled = H2Conn::connect(
-        server.addr(),
-        ReceiveWindows {
-            stream: 0,
-            connection: 65_535,
-        },
-    )
-    .await
-    .expect("connects");
-
     // Six calls, none of which will ever be read.
     let started = Instant::now();
-    let mut calls = Vec::new();
-    for _ in 0..6 {
-        let (response, body) = stalled
-            .open_call(
-                grpc::LIST_ROUTES,
-                grpc::CONTENT_TYPE,
-                grpc::framed(&grpc::full_page_request()),
-                true,
-                BOUND,
-            )
-            .await
-            .expect("stream opens")
-            .expect("under the stream limit");
-        calls.push((response, body));
+    let (stalled, _held, refused) = hold_full_pages(&server, 6).await;
+    assert_eq!((6 - refused.len(), refused.len()), (2, 4));
+    for message in &refused {
+        assert!(
+            message.starts_with("response%20budget%20(12%20MiB)"),
+            "{message}"
+        );
     }
-    // Keep every stream handle: dropping one would cancel its call.
-    let mut held = Vec::new();
-    let (mut refused, mut stalled_calls) = (0, 0);
-    for (response, body) in calls {
-        let head = tokio::time::timeout(Duration::from_secs(2), response)
-            .await
-            .expect("response headers in time")
-            .expect("a response");
-        match grpc::grpc_status(head.headers()) {
-            // Trailers-only: refused before any byte of the page.
-            Some(code) => {
-                assert_eq!(code, tonic::Code::ResourceExhausted);
-                let message = head.headers()["grpc-message"].to_str().expect("ascii");
-                assert!(
-                    message.starts_with("response%20budget%20(12%20MiB)"),
-                    "{message}"
-                );
-                refused += 1;
-            }
-            None => stalled_calls += 1,
-        }
-        held.push((head, body));
-    }
-    assert_eq!((stalled_calls, refused), (2, 4));
     assert!(started.elapsed() < Duration::from_secs(2), "refused fast");
 
     // Meanwhile, quotes are served.
@@ -142,8 +104,8 @@ async fn stalled_readers_are_refused_past_the_budget_then_cut_off() {
     assert!(!stalled.is_open(), "the stalled connection is still open");
 
     // ...which frees the budget for a reader.
-    let mut reader = client(&server).await.max_decoding_message_size(16 * MIB);
-    let page = reader
+    let page = full_page_reader(&server)
+        .await
         .list_routes(ListRoutesRequest {
             page_size: 25,
             ..Default::default()
@@ -514,6 +476,268 @@ async fn idle_pings_are_refused_when_not_permitted() {
     .await;
     let goaway = ping_every(&server, Duration::from_millis(1200), Duration::from_secs(8)).await;
     assert_too_many_pings(goaway);
+}
+
+/// A client that can decode the full 5 MB page (tonic's default cap is 4 MiB).
+async fn full_page_reader(
+    server: &LocalServer,
+) -> routing_contracts::routing::routing_service_client::RoutingServiceClient<
+    tonic::transport::Channel,
+> {
+    client(server).await.max_decoding_message_size(16 * MIB)
+}
+
+/// Asks for a page of `page_size` routes until the answer is not OK, for at
+/// most [`BOUND`], and returns that status.
+async fn first_refusal(server: &LocalServer, page_size: i32) -> tonic::Status {
+    let mut other = full_page_reader(server).await;
+    let give_up = Instant::now() + BOUND;
+    loop {
+        let request = ListRoutesRequest {
+            page_size,
+            ..Default::default()
+        };
+        match other.list_routes(request).await {
+            Err(status) => return status,
+            Ok(_) if Instant::now() < give_up => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(_) => panic!("never refused within {BOUND:?}"),
+        }
+    }
+}
+
+/// A TCP-stalled reader (issue 14 B): a 4 KiB socket receive buffer, a
+/// 2 GiB HTTP/2 window, a 2 MB page, the socket never read, and a GetQuote
+/// every 200 ms, which hyper's keepalive counts as activity. HTTP/2 flow
+/// control never stops the server, but the kernel's unsent queue is bounded
+/// (TCP_NOTSENT_LOWAT), so the page stays in the server, charged: another
+/// client's page does not fit the 3 MiB budget. With an 8 s keepalive
+/// timeout, and so TCP_USER_TIMEOUT 8 s (long enough for a loaded test
+/// machine to see the refusal first), and the send deadline 10 minutes
+/// off, the kernel itself closes the connection, and the budget is free
+/// again.
+#[tokio::test]
+async fn tcp_stalled_readers_stay_charged_until_the_kernel_closes_them() {
+    let server = start_with(Config {
+        response_budget_bytes: 3 * MIB,
+        response_share_percent: 100,
+        stalled_holder_secs: 600,
+        keepalive_timeout_secs: 8,
+        send_deadline_secs: 600,
+        // It never acknowledges SETTINGS either: let the kernel act first.
+        handshake_timeout_secs: 600,
+        ..Config::default()
+    })
+    .await;
+    // Given a reader that stalls at the TCP level, its page requested...
+    let mut stalled = TcpStalledReader::open(server.addr(), 4096, 10)
+        .await
+        .expect("connects");
+    // Let the server take that page first: a probe's page in flight at that
+    // moment would get the stalled reader refused instead (with two workers
+    // the two connections are served in parallel). Not a timing assertion.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // When another client asks for the same page, then it does not fit:
+    // the stalled reader's page is still charged to the budget.
+    let refused = first_refusal(&server, 10).await;
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().starts_with("response budget (3 MiB)"),
+        "{}",
+        refused.message()
+    );
+
+    // When the stalled reader keeps sending GetQuote, then its writes start
+    // to fail: the server's kernel gave up on it and reset it.
+    // The kernel checks at its zero-window probes (0.2 s, doubling), so it
+    // closes the connection at about 12.6 s; 30 s is only a bound on a hang.
+    poke_until_closed(&mut stalled, Duration::from_secs(30)).await;
+
+    // Then the budget is free for a reader.
+    let give_up = Instant::now() + BOUND;
+    let mut reader = client(&server).await;
+    loop {
+        let request = ListRoutesRequest {
+            page_size: 10,
+            ..Default::default()
+        };
+        match reader.list_routes(request).await {
+            Ok(page) => {
+                assert_eq!(page.into_inner().routes.len(), 10);
+                break;
+            }
+            Err(status) => assert!(Instant::now() < give_up, "still refused: {status:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A client that never reads the socket never acknowledges the server's
+/// SETTINGS: however many requests it sends (a GetQuote every 200 ms here),
+/// it is closed once the 1 s handshake timeout passes, and its writes start
+/// to fail.
+#[tokio::test]
+async fn clients_that_never_acknowledge_settings_are_closed() {
+    let server = start_with(Config {
+        handshake_timeout_secs: 1,
+        ..Config::default()
+    })
+    .await;
+    let mut deaf = TcpStalledReader::open(server.addr(), 4096, 1)
+        .await
+        .expect("connects");
+    poke_until_closed(&mut deaf, BOUND).await;
+    others_are_served(&server).await;
+}
+
+/// Sends a GetQuote every 200 ms until a write fails (the server has closed
+/// the connection, and its reset has arrived), for at most `bound`.
+async fn poke_until_closed(reader: &mut TcpStalledReader, bound: Duration) {
+    let give_up = Instant::now() + bound;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if reader.poke().await.is_err() {
+            return;
+        }
+        assert!(Instant::now() < give_up, "still open after {bound:?}");
+    }
+}
+
+/// Opens `calls` full-page calls on a connection with a zero stream window
+/// and returns the connection, the calls still held (headers, no body) and
+/// the `grpc-message` of each refused one.
+async fn hold_full_pages(
+    server: &LocalServer,
+    calls: usize,
+) -> (H2Conn, Vec<impl Sized + use<>>, Vec<String>) {
+    let mut conn = H2Conn::connect(
+        server.addr(),
+        ReceiveWindows {
+            stream: 0,
+            connection: 65_535,
+        },
+    )
+    .await
+    .expect("connects");
+    let (mut held, mut refused) = (Vec::new(), Vec::new());
+    for _ in 0..calls {
+        let (response, body) = conn
+            .open_call(
+                grpc::LIST_ROUTES,
+                grpc::CONTENT_TYPE,
+                grpc::framed(&grpc::full_page_request()),
+                true,
+                BOUND,
+            )
+            .await
+            .expect("stream opens")
+            .expect("under the stream limit");
+        let head = tokio::time::timeout(BOUND, response)
+            .await
+            .expect("response headers in time")
+            .expect("a response");
+        match grpc::grpc_status(head.headers()) {
+            Some(code) => {
+                assert_eq!(code, tonic::Code::ResourceExhausted);
+                let message = head.headers()["grpc-message"].to_str().expect("ascii");
+                refused.push(message.to_owned());
+            }
+            // Keep every stream handle: dropping one would cancel its call.
+            None => held.push((head, body)),
+        }
+    }
+    (conn, held, refused)
+}
+
+/// One client is held to its share (issue 14 C): with a 24 MiB response
+/// budget and a 25 % share per connection (6 MiB), a connection with a
+/// zero window that opens three full-page calls (about 4.8 MiB each) holds
+/// one; the other two are refused at once with RESOURCE_EXHAUSTED naming
+/// the per-connection share. Meanwhile a second client gets full pages,
+/// one after another.
+#[tokio::test]
+async fn one_connection_is_held_to_its_share_of_the_budget() {
+    let server = start_with(Config {
+        response_budget_bytes: 24 * MIB,
+        response_share_percent: 25,
+        ..Config::default()
+    })
+    .await;
+    // Given a stalled connection that asks for three full pages...
+    let (_stalled, held, refused) = hold_full_pages(&server, 3).await;
+
+    // ...then it holds one, and is refused the rest for its share.
+    assert_eq!((held.len(), refused.len()), (1, 2), "{refused:?}");
+    for message in &refused {
+        assert!(
+            message
+                .starts_with("per-connection%20share%20of%20the%20response%20budget%20(6%20MiB)"),
+            "{message}"
+        );
+    }
+
+    // When another client asks for full pages, then it gets every one.
+    let mut reader = full_page_reader(&server).await;
+    for _ in 0..3 {
+        let page = reader
+            .list_routes(grpc::full_page_request())
+            .await
+            .expect("a full page while the stalled client holds its share");
+        assert_eq!(page.into_inner().routes.len(), 25);
+    }
+}
+
+/// A stalled holder makes room (issue 14 C): with a 12 MiB budget, a 50 %
+/// share and a 1 s stall time, two zero-window connections hold one full
+/// page each, and what is left (about 2.5 MiB) is too small for a third.
+/// A client asking for the full page gets it, at once or once the holders
+/// have sent nothing for 1 s: the stalled connection that holds the most is
+/// closed to make room.
+#[tokio::test]
+async fn a_stalled_connection_is_closed_to_make_room() {
+    let server = start_with(Config {
+        response_budget_bytes: 12 * MIB,
+        response_share_percent: 50,
+        stalled_holder_secs: 1,
+        ..Config::default()
+    })
+    .await;
+    // Given two stalled connections holding a full page each...
+    let (first, first_held, _) = hold_full_pages(&server, 1).await;
+    let (second, second_held, _) = hold_full_pages(&server, 1).await;
+    assert_eq!((first_held.len(), second_held.len()), (1, 1));
+
+    // When a reader asks for the full page, then it gets it, retrying only
+    // while neither holder has been stalled long enough.
+    let mut reader = full_page_reader(&server).await;
+    let give_up = Instant::now() + BOUND;
+    let page = loop {
+        match reader.list_routes(grpc::full_page_request()).await {
+            Ok(page) => break page.into_inner(),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+                assert!(Instant::now() < give_up, "never made room: {status:?}");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(page.routes.len(), 25);
+
+    // And one of the stalled connections was closed for it.
+    let cut_off = Instant::now() + BOUND;
+    while first.is_open() && second.is_open() && Instant::now() < cut_off {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !first.is_open() || !second.is_open(),
+        "neither stalled connection was closed"
+    );
 }
 
 /// The PING that earns too_many_pings is acknowledged before the GOAWAY,

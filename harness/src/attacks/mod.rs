@@ -9,10 +9,12 @@
 pub mod bigframes;
 pub mod conn_flood;
 pub mod contenttype;
+pub mod lockout;
 pub mod madeyoureset;
 pub mod pingflood;
 pub mod slowbody;
 pub mod stall;
+pub mod tcpstall;
 pub mod wuflood;
 
 use std::{
@@ -55,10 +57,14 @@ pub enum Attack {
     Bigframes,
     /// WINDOW_UPDATEs on a closed stream (issue 14, D).
     Wuflood,
+    /// Tiny TCP receive buffers, huge HTTP/2 windows, never read (issue 14 B).
+    Tcpstall,
+    /// One client refills the response budget with window-0 streams (issue 14 C).
+    Lockout,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 9] = [
+    pub const ALL: [Attack; 11] = [
         Attack::Stall,
         Attack::Madeyoureset,
         Attack::Fdflood,
@@ -68,6 +74,8 @@ impl Attack {
         Attack::Pingflood,
         Attack::Bigframes,
         Attack::Wuflood,
+        Attack::Tcpstall,
+        Attack::Lockout,
     ];
 
     pub fn name(self) -> &'static str {
@@ -81,6 +89,8 @@ impl Attack {
             Attack::Pingflood => "pingflood",
             Attack::Bigframes => "bigframes",
             Attack::Wuflood => "wuflood",
+            Attack::Tcpstall => "tcpstall",
+            Attack::Lockout => "lockout",
         }
     }
 }
@@ -175,6 +185,38 @@ pub struct Knobs {
     /// wuflood: replace a connection the server closes, at once, until the time is up.
     #[arg(long)]
     pub wuflood_reconnect: bool,
+
+    /// tcpstall: connections.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=5_000))]
+    pub tcpstall_conns: u32,
+    /// tcpstall: each connection's socket receive buffer (SO_RCVBUF), bytes.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub tcpstall_rcvbuf: u32,
+    /// tcpstall: routes in the page each connection asks for (10: about 2 MB).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=25))]
+    pub tcpstall_page_size: i32,
+    /// tcpstall: seconds between a connection's GetQuote requests.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub tcpstall_poke_secs: u64,
+    /// tcpstall: seconds the attack lasts.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub tcpstall_secs: u64,
+    /// tcpstall: seconds between two reports of what is still open.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub tcpstall_sample_secs: u64,
+
+    /// lockout: window-0 full-page streams the attacker opens per connection.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub lockout_streams: u32,
+    /// lockout: seconds each attacker connection is held before it is replaced.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub lockout_hold_secs: u64,
+    /// lockout: seconds the attack lasts.
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub lockout_secs: u64,
+    /// lockout: milliseconds between the normal client's full-page calls.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub lockout_every_ms: u64,
 
     /// End an attack early once the server's RSS has grown by this many MiB (local servers only).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..=65_536))]
@@ -292,6 +334,8 @@ pub async fn run(attack: Attack, ctx: &Context) -> Result<Report, Error> {
         Attack::Pingflood => pingflood::run(ctx).await,
         Attack::Bigframes => bigframes::run(ctx).await,
         Attack::Wuflood => wuflood::run(ctx).await,
+        Attack::Tcpstall => tcpstall::run(ctx).await,
+        Attack::Lockout => lockout::run(ctx).await,
     };
     let secs = started.elapsed().as_secs_f64();
     let probe = probe.stop().await;
@@ -524,6 +568,11 @@ pub async fn linger(seen: &Mutex<FramesSeen>) {
     while Instant::now() < until && !seen.lock().unwrap_or_else(|e| e.into_inner()).ended() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Locks an attack's tallies; a panicked holder's counts are still counts.
+pub fn lock<T>(tallies: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    tallies.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Seconds, rounded to the millisecond, for reports.
