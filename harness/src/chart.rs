@@ -82,11 +82,7 @@ impl WindowSweep {
 
 /// Draws the full-catalog fetch times as grouped bars on a log scale.
 pub fn draw_catalog_by_link(bars: &[CatalogBar], svg: &mut String) -> Result<(), Error> {
-    let root = SVGBackend::with_string(svg, SIZE).into_drawing_area();
-    catalog_by_link(&root, bars).map_err(|e| format!("cannot draw the catalog chart: {e}"))?;
-    root.present()
-        .map_err(|e| format!("cannot write the catalog chart: {e}"))?;
-    Ok(())
+    render(svg, "catalog", |root| catalog_by_link(root, bars))
 }
 
 fn catalog_by_link(
@@ -195,10 +191,22 @@ fn catalog_by_link(
 
 /// Draws throughput against window, log-log, one colour per link.
 pub fn draw_window_sweep(sweeps: &[WindowSweep], svg: &mut String) -> Result<(), Error> {
+    render(svg, "window", |root| window_sweep(root, sweeps))
+}
+
+/// Draws one chart into `svg` with `draw`, then writes it out; `name` is the
+/// chart's name in an error.
+fn render(
+    svg: &mut String,
+    name: &str,
+    draw: impl FnOnce(
+        &DrawingArea<SVGBackend<'_>, Shift>,
+    ) -> Result<(), DrawingAreaErrorKind<std::io::Error>>,
+) -> Result<(), Error> {
     let root = SVGBackend::with_string(svg, SIZE).into_drawing_area();
-    window_sweep(&root, sweeps).map_err(|e| format!("cannot draw the window chart: {e}"))?;
+    draw(&root).map_err(|e| format!("cannot draw the {name} chart: {e}"))?;
     root.present()
-        .map_err(|e| format!("cannot write the window chart: {e}"))?;
+        .map_err(|e| format!("cannot write the {name} chart: {e}"))?;
     Ok(())
 }
 
