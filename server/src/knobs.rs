@@ -261,6 +261,20 @@ pub const COALESCE_BYTES: usize = 256 * 1024;
 /// copied.
 pub const COALESCE_MIN_WRITE: usize = 8 * 1024;
 
+/// Bytes of a response h2 may queue per stream ahead of the socket: 128 KiB
+/// (hyper's default is about 400 KiB).
+///
+/// It matches [`TCP_NOTSENT_LOWAT`]: the kernel asks for more once less than
+/// 128 KiB of the connection is unsent, and this much is ready to refill it,
+/// so a fast reader is never kept waiting. More only sits in user space. Each
+/// queued chunk also takes a slot in the connection's frame queue, which
+/// keeps its size for as long as the connection lives: with hyper's default,
+/// a client allowing 16 MiB frames made h2 queue a whole page as 64 KiB
+/// slices (see [`crate::edge::PROGRESS_SLICE`]), and the queue stayed that
+/// large while the connection sat idle (about 3 KiB per connection, measured
+/// with the `bigframes` attack; docs/hardening.md, round two, A).
+pub const STREAM_SEND_BUFFER_BYTES: usize = 128 * 1024;
+
 /// Graceful shutdown: after SIGTERM or Ctrl+C the server stops accepting,
 /// lets calls in flight finish, and gives up waiting after 10 s.
 /// compose.yaml allows 15 s before SIGKILL, so the drain can finish.

@@ -46,6 +46,17 @@ enum Command {
 /// instructions per GetQuote; and no page faults per ListRoutes call, where
 /// glibc handed each 5 MB response buffer back to the kernel and faulted it in
 /// again (up to 1,000 faults, about 2 ms of kernel time, per call).
+///
+/// Two build options (server/Cargo.toml), for idle connections:
+/// - `background_threads`: jemalloc returns freed pages (after its 10 s
+///   decay) from a thread of its own. Without it, the decay only runs when the
+///   program allocates, so an idle server kept the pages of the last burst:
+///   about 19 MB after 1,000 connections had read their pages (the
+///   `bigframes` attack), 19 KiB per idle connection, however long they
+///   idled.
+/// - `disable_cache_oblivious`: each allocation of 16 KiB or more is no
+///   longer padded by a page (a random offset that spreads large buffers over
+///   cache sets); h2's 16 KiB write buffer, one per connection, takes 16 KiB.
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
