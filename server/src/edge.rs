@@ -464,6 +464,7 @@ fn watch_send_deadline(
         let (Ok(Released { reservation, end }), Some(connection)) = (released, &connection) else {
             return;
         };
+        reservation.draining();
         tokio::select! {
             _ = kernel_queue::drained(&connection.sent, end, || reservation.progressed()) => {}
             () = &mut timer => close_late(Some(connection), deadline),

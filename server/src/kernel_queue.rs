@@ -553,6 +553,60 @@ mod tests {
         assert!(is_drained(0, 0), "a response that wrote nothing");
     }
 
+    /// The cost behind [`KERNEL_QUEUE_POLL`]: given 1,000 loopback
+    /// connections (2,000 sockets in `/proc/net/tcp`), all waited on, when
+    /// the table is read 500 times, then every socket is found each time;
+    /// the time per read is printed, not asserted (a measurement, run by
+    /// hand: `cargo test -p routing-server --release --lib -- --ignored
+    /// --nocapture table_read_cost`).
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    #[ignore = "opens 2,000 sockets and prints a measurement"]
+    async fn table_read_cost_at_2000_sockets() {
+        const PAIRS: usize = 1000;
+        const READS: u32 = 500;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut pairs = Vec::with_capacity(PAIRS);
+        for _ in 0..PAIRS {
+            let client = TcpStream::connect(addr).await.expect("connect");
+            let (server, _) = listener.accept().await.expect("accept");
+            pairs.push((client, server));
+        }
+        let wanted: Vec<(u64, Table, u64)> = pairs
+            .iter()
+            .map(|(_, server)| {
+                let (table, inode) = socket_of(server).expect("listed");
+                (inode, table, 0)
+            })
+            .collect();
+        let mut text = String::new();
+        let (cpu_before, started) = (cpu_ticks(), std::time::Instant::now());
+        for _ in 0..READS {
+            let found = read_queues(&wanted, &mut text).expect("readable");
+            assert_eq!(found.len(), PAIRS, "every waited-on socket is found");
+        }
+        let wall = started.elapsed() / READS;
+        let cpu_ms = (cpu_ticks() - cpu_before) as f64 * 10.0 / f64::from(READS);
+        eprintln!(
+            "{} lines, {} bytes in /proc/net/tcp: {wall:?} per read (wall), {cpu_ms:.2} ms CPU per read",
+            text.lines().count(),
+            text.len()
+        );
+    }
+
+    /// This process's user + system CPU time, in clock ticks (1/100 s).
+    #[cfg(target_os = "linux")]
+    fn cpu_ticks() -> u64 {
+        let stat = std::fs::read_to_string("/proc/self/stat").expect("stat");
+        let after_name = stat.rsplit_once(") ").expect("stat format").1;
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let tick = |i: usize| fields[i].parse::<u64>().expect("ticks");
+        tick(11) + tick(12)
+    }
+
     /// Given a loopback connection whose server side wrote 100 kB that the
     /// client has read, when its table is read, then the socket is found by
     /// the inode taken at accept, and everything is acknowledged.
