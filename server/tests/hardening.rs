@@ -542,16 +542,7 @@ async fn tcp_stalled_readers_stay_charged_until_the_kernel_closes_them() {
     // When another client asks for the same page, then it does not fit:
     // the stalled reader's page is still charged to the budget.
     let refused = first_refusal(&server, 10).await;
-    assert_eq!(
-        refused.code(),
-        tonic::Code::ResourceExhausted,
-        "{refused:?}"
-    );
-    assert!(
-        refused.message().starts_with("response budget (3 MiB)"),
-        "{}",
-        refused.message()
-    );
+    assert_refused_by(&refused, "response budget (3 MiB)");
 
     // When the stalled reader keeps sending GetQuote, then its writes start
     // to fail: the server's kernel gave up on it and reset it.
@@ -560,17 +551,41 @@ async fn tcp_stalled_readers_stay_charged_until_the_kernel_closes_them() {
     poke_until_closed(&mut stalled, Duration::from_secs(30)).await;
 
     // Then the budget is free for a reader.
+    served_within_bound(&mut client(&server).await, 10).await;
+}
+
+/// A `RESOURCE_EXHAUSTED` whose message starts with `budget`'s description.
+fn assert_refused_by(refused: &tonic::Status, budget: &str) {
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().starts_with(budget),
+        "{}",
+        refused.message()
+    );
+}
+
+/// Asks for a page of `page_size` routes until it is served, for at most
+/// [`BOUND`].
+async fn served_within_bound(
+    reader: &mut routing_contracts::routing::routing_service_client::RoutingServiceClient<
+        tonic::transport::Channel,
+    >,
+    page_size: i32,
+) {
     let give_up = Instant::now() + BOUND;
-    let mut reader = client(&server).await;
     loop {
         let request = ListRoutesRequest {
-            page_size: 10,
+            page_size,
             ..Default::default()
         };
         match reader.list_routes(request).await {
             Ok(page) => {
-                assert_eq!(page.into_inner().routes.len(), 10);
-                break;
+                assert_eq!(page.into_inner().routes.len(), page_size as usize);
+                return;
             }
             Err(status) => assert!(Instant::now() < give_up, "still refused: {status:?}"),
         }
@@ -642,33 +657,14 @@ async fn a_page_in_the_kernels_send_queue_stays_charged_until_it_is_read() {
     let Err(refused) = other.list_routes(request.clone()).await else {
         panic!("a second page was served while the first was unread: the first is not charged");
     };
-    assert_eq!(
-        refused.code(),
-        tonic::Code::ResourceExhausted,
-        "{refused:?}"
-    );
-    assert!(
-        refused.message().starts_with("response budget"),
-        "{}",
-        refused.message()
-    );
+    assert_refused_by(&refused, "response budget");
 
     // When the stalled client reads its page (all of it, and its trailers)...
     let read = stalled.read_page(BOUND).await.expect("the page arrives");
     assert_eq!(read, page_len + 5, "the page and its gRPC prefix");
 
     // ...then its budget is given back, and the other client is served.
-    let give_up = Instant::now() + BOUND;
-    loop {
-        match other.list_routes(request.clone()).await {
-            Ok(page) => {
-                assert_eq!(page.into_inner().routes.len(), 2);
-                break;
-            }
-            Err(status) => assert!(Instant::now() < give_up, "still refused: {status:?}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    served_within_bound(&mut other, request.page_size).await;
 }
 
 /// A client that never reads the socket never acknowledges the server's
