@@ -22,7 +22,10 @@
 //!     `too_many_control_frames`, written and followed in the same way;
 //!   - **close on request**: [`Closer::close`] ends a connection whose
 //!     response missed its send deadline ([`crate::edge`]);
-//!   - **fewer, larger writes** for bulk responses ([`crate::coalesce`]).
+//!   - **fewer, larger writes** for bulk responses ([`crate::coalesce`]);
+//!   - **bytes counted**, as h2 hands them over and as they reach the
+//!     socket, to tell when a response has been acknowledged
+//!     ([`crate::kernel_queue`]).
 
 use std::{
     collections::HashSet,
