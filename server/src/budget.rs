@@ -11,6 +11,13 @@
 //! - **a share per connection**: one connection ([`Holder`]) may hold at most
 //!   its share ([`crate::knobs::RESPONSE_SHARE_PERCENT`]); past it, its new
 //!   calls are refused, however much budget is free;
+//! - **room that is draining is waited for**: a response the client has
+//!   received keeps its reservation until the server sees the client's
+//!   acknowledgement ([`crate::kernel_queue`], at most
+//!   [`crate::knobs::KERNEL_QUEUE_POLL`] later), so a call that would fit
+//!   once such responses are given back waits up to [`DRAIN_WAIT`] for
+//!   them, rather than being refused: a client that asks for its next page
+//!   as soon as it has read one is not refused for the one it has read;
 //! - **a stalled holder makes room**: when the budget is full and a call
 //!   arrives, the connection that holds the most and has made no send
 //!   progress for [`crate::knobs::STALLED_HOLDER_AFTER`] is closed (its
@@ -40,6 +47,14 @@ pub const EVICTION_WAIT: Duration = Duration::from_secs(1);
 /// How often a call waiting for room after an eviction looks again: 5 ms.
 const EVICTION_POLL: Duration = Duration::from_millis(5);
 
+/// How long a call waits for room held by responses that are draining
+/// (sent, their acknowledgement not seen yet): 250 ms, two reads of the
+/// kernel's queues ([`crate::knobs::KERNEL_QUEUE_POLL`], 100 ms) and the
+/// wake-up of the task that gives the room back. A response stuck in a
+/// stalled reader's kernel drains no faster by waiting: past this, the
+/// call is refused, or a stalled holder is closed, as without it.
+pub const DRAIN_WAIT: Duration = Duration::from_millis(250);
+
 /// A number of bytes shared by every call that takes from it.
 #[derive(Debug)]
 pub struct ByteBudget {
@@ -49,6 +64,9 @@ pub struct ByteBudget {
     /// An atomic, not a semaphore: taking never waits, and the hot path is
     /// one compare-and-swap.
     in_use: AtomicUsize,
+    /// Of `in_use`, what responses that are draining hold
+    /// ([`Reservation::draining`]).
+    draining: AtomicUsize,
     /// Most one [`Holder`] may hold at once (`limit` when not shared).
     share: usize,
     /// A holder with no send progress for this long may be closed to make
@@ -93,6 +111,7 @@ impl ByteBudget {
             name,
             limit,
             in_use: AtomicUsize::new(0),
+            draining: AtomicUsize::new(0),
             share: share.min(limit),
             stalled_after,
             holders: Mutex::new(Holders::default()),
@@ -119,6 +138,7 @@ impl ByteBudget {
             budget: Arc::clone(self),
             bytes,
             holder: None,
+            draining: AtomicBool::new(false),
         })
     }
 
@@ -156,20 +176,36 @@ impl ByteBudget {
             budget: Arc::clone(self),
             bytes,
             holder: Some(Arc::clone(holder)),
+            draining: AtomicBool::new(false),
         })
     }
 
-    /// [`Self::try_reserve_for`], but when the budget is full, closes the
-    /// stalled holder that holds the most (if any, other than `holder`) and
-    /// waits up to [`EVICTION_WAIT`] for its room.
+    /// [`Self::try_reserve_for`], but when the call would fit once the
+    /// responses that are draining are given back, waits up to
+    /// [`DRAIN_WAIT`] for them; and when the budget is still full, closes
+    /// the stalled holder that holds the most (if any, other than `holder`)
+    /// and waits up to [`EVICTION_WAIT`] for its room.
     pub async fn reserve_for(
         self: &Arc<Self>,
         holder: &Arc<Holder>,
         bytes: usize,
     ) -> Result<Reservation, Refusal> {
-        match self.try_reserve_for(holder, bytes) {
-            Err(Refusal::Full) => {}
+        let mut refused = match self.try_reserve_for(holder, bytes) {
+            Err(refusal) => refusal,
             done => return done,
+        };
+        let give_up = tokio::time::Instant::now() + DRAIN_WAIT;
+        while self.fits_once_drained(holder, bytes, refused)
+            && tokio::time::Instant::now() < give_up
+        {
+            tokio::time::sleep(EVICTION_POLL).await;
+            refused = match self.try_reserve_for(holder, bytes) {
+                Err(refusal) => refusal,
+                done => return done,
+            };
+        }
+        if refused == Refusal::Share {
+            return Err(refused);
         }
         if !self.close_stalled_holder(holder) {
             return Err(Refusal::Full);
@@ -219,6 +255,20 @@ impl ByteBudget {
         true
     }
 
+    /// Whether a call refused for `refusal` would fit once every response
+    /// that is draining has been given back.
+    fn fits_once_drained(&self, holder: &Holder, bytes: usize, refusal: Refusal) -> bool {
+        let (held, draining, limit) = match refusal {
+            Refusal::Share => (holder.held(), holder.draining(), self.share),
+            Refusal::Full => (
+                self.in_use(),
+                self.draining.load(Ordering::Acquire),
+                self.limit,
+            ),
+        };
+        draining > 0 && held.saturating_sub(draining).saturating_add(bytes) <= limit
+    }
+
     fn register(&self, holder: &Arc<Holder>) {
         let mut holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
         if holders.list.len() >= holders.prune_at {
@@ -252,6 +302,8 @@ impl ByteBudget {
 #[derive(Debug)]
 pub struct Holder {
     held: AtomicUsize,
+    /// Of `held`, what responses that are draining hold.
+    draining: AtomicUsize,
     /// [`now_ms`] when a response of this connection last sent a slice
     /// ([`Reservation::progressed`]), or when it started holding.
     last_progress_ms: AtomicU64,
@@ -266,6 +318,7 @@ impl Holder {
     pub fn new(closer: Closer) -> Arc<Self> {
         Arc::new(Self {
             held: AtomicUsize::new(0),
+            draining: AtomicUsize::new(0),
             last_progress_ms: AtomicU64::new(now_ms()),
             registered: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -276,6 +329,10 @@ impl Holder {
     /// Bytes this connection holds now.
     pub fn held(&self) -> usize {
         self.held.load(Ordering::Acquire)
+    }
+
+    fn draining(&self) -> usize {
+        self.draining.load(Ordering::Acquire)
     }
 
     fn progressed(&self) {
@@ -297,6 +354,8 @@ pub struct Reservation {
     budget: Arc<ByteBudget>,
     bytes: usize,
     holder: Option<Arc<Holder>>,
+    /// Marked by [`Self::draining`].
+    draining: AtomicBool,
 }
 
 impl Reservation {
@@ -310,10 +369,29 @@ impl Reservation {
             holder.progressed();
         }
     }
+
+    /// The response this pays for has been handed to the kernel, and waits
+    /// only for the client's acknowledgement: a call that would fit
+    /// without it may wait for it ([`ByteBudget::reserve_for`]).
+    pub fn draining(&self) {
+        if self.draining.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.budget.draining.fetch_add(self.bytes, Ordering::AcqRel);
+        if let Some(holder) = &self.holder {
+            holder.draining.fetch_add(self.bytes, Ordering::AcqRel);
+        }
+    }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
+        if *self.draining.get_mut() {
+            self.budget.draining.fetch_sub(self.bytes, Ordering::AcqRel);
+            if let Some(holder) = &self.holder {
+                holder.draining.fetch_sub(self.bytes, Ordering::AcqRel);
+            }
+        }
         self.budget.give_back(self.bytes);
         if let Some(holder) = &self.holder {
             holder.held.fetch_sub(self.bytes, Ordering::AcqRel);
@@ -427,6 +505,36 @@ mod tests {
         let busy_was_closed =
             tokio::time::timeout(Duration::from_millis(50), busy_closed.notified()).await;
         assert!(busy_was_closed.is_err(), "the busy holder was closed");
+    }
+
+    /// Given a connection whose 60-byte response is draining (sent, its
+    /// acknowledgement not seen yet), when it asks for 60 more with a
+    /// 100-byte share, then it waits, and gets them once that response is
+    /// given back; the same request while the first is not draining (still
+    /// in h2) is refused at once.
+    #[tokio::test]
+    async fn a_call_waits_for_room_that_is_draining() {
+        let budget = ByteBudget::with_connection_share("test budget", 1000, 100, None);
+        let (reader, _) = holder();
+        let sent = budget.try_reserve_for(&reader, 60).expect("fits");
+        assert_eq!(
+            budget.reserve_for(&reader, 60).await.err(),
+            Some(Refusal::Share),
+            "nothing is draining: refused at once"
+        );
+
+        sent.draining();
+        let given_back = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            drop(sent);
+        });
+        let next = budget.reserve_for(&reader, 60).await.expect("room drained");
+        given_back.await.expect("given back");
+        assert_eq!(
+            (next.bytes(), reader.held(), reader.draining()),
+            (60, 60, 0)
+        );
+        assert_eq!(budget.draining.load(Ordering::Acquire), 0);
     }
 
     /// With no holder stalled long enough, a full budget refuses at once.

@@ -22,7 +22,10 @@
 //!     `too_many_control_frames`, written and followed in the same way;
 //!   - **close on request**: [`Closer::close`] ends a connection whose
 //!     response missed its send deadline ([`crate::edge`]);
-//!   - **fewer, larger writes** for bulk responses ([`crate::coalesce`]).
+//!   - **fewer, larger writes** for bulk responses ([`crate::coalesce`]);
+//!   - **bytes counted**, as h2 hands them over and as they reach the
+//!     socket, to tell when a response has been acknowledged
+//!     ([`crate::kernel_queue`]).
 
 use std::{
     collections::HashSet,
@@ -44,6 +47,7 @@ use tokio::{
 
 use crate::budget::Holder;
 use crate::coalesce::Coalesce;
+use crate::kernel_queue::{Count, CountWrites, SentBytes};
 use crate::knobs::{
     ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, CONTROL_FRAMES_PER_STREAM, FD_HEADROOM,
     MAX_PING_STRIKES,
@@ -95,17 +99,16 @@ pub struct ConnectionPolicy {
 ///   the peer really takes it. The kernel's autotuned send buffer still
 ///   grows for bytes in flight, so a fast, distant reader is not slowed.
 ///
-/// Why not wait for the kernel's queue to drain (`SIOCOUTQ`, or `TCP_INFO`'s
-/// `tcpi_notsent_bytes` and `tcpi_bytes_acked`) before a response counts as
-/// sent: no safe crate reads them (socket2 0.6, rustix 1.1 and nix 0.32 do
-/// not), and this workspace forbids `unsafe`. These two options bound the
-/// same bytes: at most the low-water mark (plus what the peer's window lets
-/// fly) leaves the budget early, and never for longer than the user
-/// timeout.
+/// On Linux a budgeted response also counts as sent only once the peer has
+/// acknowledged it, read from the kernel's send queue
+/// ([`crate::kernel_queue`]), so the bytes under the low-water mark stay
+/// charged and under the send deadline too. These two options bound what
+/// the kernel holds meanwhile, and for how long.
 ///
-/// Elsewhere (macOS, Windows) neither option is set: a stalled reader is
-/// still closed by the send deadline, but the last send buffer's worth of
-/// a response leaves the budget when the kernel takes it.
+/// Elsewhere (macOS, Windows) neither option is set and the queue is not
+/// read: a stalled reader is still closed by the send deadline, but the
+/// last send buffer's worth of a response leaves the budget when the
+/// kernel takes it.
 fn bound_kernel_buffers(stream: &TcpStream, policy: &ConnectionPolicy) -> io::Result<()> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
@@ -443,6 +446,9 @@ pub struct ConnectionInfo {
     /// What this connection's responses hold of the response budget, held
     /// to its share (see [`crate::budget`]).
     pub responses: Arc<Holder>,
+    /// Bytes written, and where the kernel lists the socket: when a
+    /// response has been acknowledged (see [`crate::kernel_queue`]).
+    pub sent: Arc<SentBytes>,
 }
 
 /// Closes one connection from outside its task, e.g. when a response on it
@@ -496,7 +502,9 @@ fn ack_then(ping_payload: &[u8], goaway: GoAway) -> Vec<u8> {
 /// the frame headers go by.
 #[derive(Debug)]
 pub struct Connection {
-    stream: Coalesce<TcpStream>,
+    /// Bytes are counted as h2 hands them over (above the coalescing
+    /// buffer) and as they reach the socket (below it).
+    stream: CountWrites<Coalesce<CountWrites<TcpStream>>>,
     info: ConnectionInfo,
     /// Held while the connection lives: one slot of the connection cap.
     _slot: OwnedSemaphorePermit,
@@ -528,12 +536,15 @@ impl Connection {
         }
         let notify = Arc::new(Notify::new());
         let closer = Closer(Arc::clone(&notify));
+        let sent = SentBytes::of(&stream);
+        let written = CountWrites::new(stream, Arc::clone(&sent), Count::Written);
         Self {
-            stream: Coalesce::new(stream),
+            stream: CountWrites::new(Coalesce::new(written), Arc::clone(&sent), Count::Accepted),
             info: ConnectionInfo {
                 remote_addr,
                 responses: Holder::new(closer.clone()),
                 closer,
+                sent,
             },
             _slot: slot,
             // PING payloads are kept (8 bytes each) to ACK the PING that

@@ -11,13 +11,16 @@
 //!   the client gets `DEADLINE_EXCEEDED` and the handler is dropped.
 //! - A response whose handler reserved memory from the response budget
 //!   (ListRoutes, see [`crate::service`]) keeps that reservation until its
-//!   last byte has been handed to the kernel, which queues no more than
-//!   `TCP_NOTSENT_LOWAT` unsent bytes per connection (see
+//!   last byte has been acknowledged by the client's kernel, as the
+//!   kernel's send queue shows it (Linux, [`crate::kernel_queue`];
+//!   elsewhere, until h2 has handed it to the kernel, which queues no more
+//!   than `TCP_NOTSENT_LOWAT` unsent bytes per connection, see
 //!   [`crate::connection`]); if that takes longer than the send deadline,
 //!   the client is not reading, and its connection is closed. Each slice of
-//!   the response that h2 takes is send progress for the connection's
-//!   budget account. Only ListRoutes pays for this: GetQuote answers pass
-//!   the edge with nothing added.
+//!   the response that h2 takes, and each advance of the client's
+//!   acknowledgements, is send progress for the connection's budget
+//!   account. Only ListRoutes pays for this: GetQuote answers pass the edge
+//!   with nothing added.
 
 use std::{
     future::Future,
@@ -37,6 +40,7 @@ use tower::{Layer, Service};
 use crate::{
     budget::{ByteBudget, Refusal, Reservation, mib},
     connection::ConnectionInfo,
+    kernel_queue::{self, SentBytes},
 };
 
 /// The edge's settings, shared by every call.
@@ -296,9 +300,9 @@ where
 #[derive(Debug, Clone)]
 pub struct HeldResponse(pub Arc<Reservation>);
 
-/// Makes `response` hold `reservation` until its last byte has left the
-/// server, and closes `connection` if that has not happened within
-/// `deadline` (see knobs::SEND_DEADLINE).
+/// Makes `response` hold `reservation` until its last byte has been
+/// acknowledged by the client, and closes `connection` if that has not
+/// happened within `deadline` (see knobs::SEND_DEADLINE).
 pub fn hold_until_sent(
     response: http::Response<Body>,
     reservation: Arc<Reservation>,
@@ -307,8 +311,9 @@ pub fn hold_until_sent(
 ) -> http::Response<Body> {
     let (sent, watched) = oneshot::channel();
     let held = Arc::new(InFlight {
-        reservation,
-        _sent: sent,
+        reservation: Some(reservation),
+        bytes: connection.as_ref().map(|c| Arc::clone(&c.sent)),
+        sent: Some(sent),
     });
     watch_send_deadline(watched, connection, deadline);
     response.map(|body| {
@@ -320,12 +325,37 @@ pub fn hold_until_sent(
     })
 }
 
-/// What a budgeted response holds until its last byte has left the server:
-/// the reservation, and the sender whose drop tells the deadline watcher.
+/// What a budgeted response holds until h2 lets go of its last byte: the
+/// reservation, and the sender that then hands it to the deadline watcher,
+/// which holds it until the client has acknowledged that byte.
 #[derive(Debug)]
 struct InFlight {
+    /// Always `Some` until dropped.
+    reservation: Option<Arc<Reservation>>,
+    /// The connection's byte counts (`None` without a connection).
+    bytes: Option<Arc<SentBytes>>,
+    sent: Option<oneshot::Sender<Released>>,
+}
+
+/// A response h2 has let go of: its reservation, and where it ends among
+/// the bytes its connection has accepted.
+#[derive(Debug)]
+struct Released {
     reservation: Arc<Reservation>,
-    _sent: oneshot::Sender<()>,
+    end: u64,
+}
+
+impl Drop for InFlight {
+    /// h2 has handed the last byte to the connection's writer (h2 copies a
+    /// final slice under 256 bytes into its own buffer first, so the end
+    /// may fall up to that much short of the last byte).
+    fn drop(&mut self) {
+        if let (Some(reservation), Some(sent)) = (self.reservation.take(), self.sent.take()) {
+            let end = self.bytes.as_ref().map_or(0, |b| b.accepted());
+            // A watcher that is gone (the deadline passed) drops it here.
+            let _ = sent.send(Released { reservation, end });
+        }
+    }
 }
 
 /// The bytes of a budgeted response, each chunk holding the [`InFlight`]
@@ -363,7 +393,9 @@ impl HeldBody {
     /// The next slice of `rest`, holding the reservation.
     fn next_slice(&mut self) -> Bytes {
         let slice = self.rest.split_to(self.rest.len().min(PROGRESS_SLICE));
-        self.held.reservation.progressed();
+        if let Some(reservation) = &self.held.reservation {
+            reservation.progressed();
+        }
         Bytes::from_owner(HeldChunk {
             bytes: slice,
             _held: Arc::clone(&self.held),
@@ -411,28 +443,47 @@ impl HttpBody for HeldBody {
     }
 }
 
-/// Closes the response's connection if its last byte has not left within
-/// `deadline`. `sent` resolves (with an error) when the response is dropped.
+/// Closes the response's connection if its last byte has not been
+/// acknowledged within `deadline` of its start. `sent` brings the
+/// reservation when h2 lets go of the response; it is held, and an
+/// acknowledgement that advances is send progress, until the client's
+/// kernel has acknowledged the response ([`kernel_queue::drained`]), the
+/// socket is gone, or the deadline passes.
 fn watch_send_deadline(
-    sent: oneshot::Receiver<()>,
+    sent: oneshot::Receiver<Released>,
     connection: Option<ConnectionInfo>,
     deadline: Duration,
 ) {
     tokio::spawn(async move {
+        let timer = tokio::time::sleep(deadline);
+        tokio::pin!(timer);
+        let released = tokio::select! {
+            released = sent => released,
+            () = &mut timer => return close_late(connection.as_ref(), deadline),
+        };
+        let (Ok(Released { reservation, end }), Some(connection)) = (released, &connection) else {
+            return;
+        };
+        reservation.draining();
         tokio::select! {
-            _ = sent => {}
-            () = tokio::time::sleep(deadline) => {
-                if let Some(connection) = connection {
-                    tracing::warn!(
-                        peer = %connection.remote_addr,
-                        deadline_secs = deadline.as_secs(),
-                        "response not read within the send deadline: closing the connection"
-                    );
-                    connection.closer.close();
-                }
-            }
+            _ = kernel_queue::drained(&connection.sent, end, || reservation.progressed()) => {}
+            () = &mut timer => close_late(Some(connection), deadline),
         }
+        drop(reservation);
     });
+}
+
+/// The send deadline passed: close the connection, which frees every
+/// response on it.
+fn close_late(connection: Option<&ConnectionInfo>, deadline: Duration) {
+    if let Some(connection) = connection {
+        tracing::warn!(
+            peer = %connection.remote_addr,
+            deadline_secs = deadline.as_secs(),
+            "response not read within the send deadline: closing the connection"
+        );
+        connection.closer.close();
+    }
 }
 
 /// The status a handler returns when the response budget refused it.

@@ -18,6 +18,8 @@
 //! - [`edge`]: per-call guards: HTTP 415 for non-gRPC requests, request
 //!   deadline and budget, response budget and send deadline.
 //! - [`budget`]: the server-wide byte budgets behind them.
+//! - [`kernel_queue`]: when a response has really reached the client: the
+//!   kernel's send queue per connection, read from `/proc/net/tcp`.
 //! - [`server`]: [`run`] assembles routing, health and reflection, applies
 //!   h2's own guards, and drains on shutdown; [`LocalServer`] runs it on a
 //!   free port for tests.
@@ -31,6 +33,7 @@ pub mod catalog;
 pub mod coalesce;
 pub mod connection;
 pub mod edge;
+pub mod kernel_queue;
 pub mod knobs;
 pub mod page_codec;
 pub mod probe;

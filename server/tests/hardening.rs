@@ -542,16 +542,7 @@ async fn tcp_stalled_readers_stay_charged_until_the_kernel_closes_them() {
     // When another client asks for the same page, then it does not fit:
     // the stalled reader's page is still charged to the budget.
     let refused = first_refusal(&server, 10).await;
-    assert_eq!(
-        refused.code(),
-        tonic::Code::ResourceExhausted,
-        "{refused:?}"
-    );
-    assert!(
-        refused.message().starts_with("response budget (3 MiB)"),
-        "{}",
-        refused.message()
-    );
+    assert_refused_by(&refused, "response budget (3 MiB)");
 
     // When the stalled reader keeps sending GetQuote, then its writes start
     // to fail: the server's kernel gave up on it and reset it.
@@ -560,22 +551,120 @@ async fn tcp_stalled_readers_stay_charged_until_the_kernel_closes_them() {
     poke_until_closed(&mut stalled, Duration::from_secs(30)).await;
 
     // Then the budget is free for a reader.
+    served_within_bound(&mut client(&server).await, 10).await;
+}
+
+/// A `RESOURCE_EXHAUSTED` whose message starts with `budget`'s description.
+fn assert_refused_by(refused: &tonic::Status, budget: &str) {
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().starts_with(budget),
+        "{}",
+        refused.message()
+    );
+}
+
+/// Asks for a page of `page_size` routes until it is served, for at most
+/// [`BOUND`].
+async fn served_within_bound(
+    reader: &mut routing_contracts::routing::routing_service_client::RoutingServiceClient<
+        tonic::transport::Channel,
+    >,
+    page_size: i32,
+) {
     let give_up = Instant::now() + BOUND;
-    let mut reader = client(&server).await;
     loop {
         let request = ListRoutesRequest {
-            page_size: 10,
+            page_size,
             ..Default::default()
         };
         match reader.list_routes(request).await {
             Ok(page) => {
-                assert_eq!(page.into_inner().routes.len(), 10);
-                break;
+                assert_eq!(page.into_inner().routes.len(), page_size as usize);
+                return;
             }
             Err(status) => assert!(Instant::now() < give_up, "still refused: {status:?}"),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A page in the kernel is not sent (issue 14 B): "sent" means the
+/// client's kernel acknowledged it, as the server's send queue shows. With
+/// `TCP_NOTSENT_LOWAT` off, a 2-route page (about 400 kB, no gzip) fits
+/// the server socket's send buffer whole, so h2 hands every byte to the
+/// kernel at once; the client set a 4 KiB receive buffer and does not
+/// read, so the kernel cannot deliver more than that. The budget holds one
+/// such page and a half. While the page sits in the kernel, another
+/// client's page is refused; once the stalled client reads its page, the
+/// budget is given back and the other client is served.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_page_in_the_kernels_send_queue_stays_charged_until_it_is_read() {
+    use harness::procfs::ServerSockets;
+    use routing_server::catalog::Catalog;
+
+    const RCVBUF: u32 = 4096;
+    let request = ListRoutesRequest {
+        page_size: 2,
+        ..Default::default()
+    };
+    let page_len = std::sync::Arc::new(Catalog::new())
+        .page(&request)
+        .expect("a page")
+        .encoded_len();
+    let server = start_with(Config {
+        response_budget_bytes: page_len * 3 / 2,
+        response_share_percent: 100,
+        no_gzip: true,
+        tcp_notsent_lowat: 0,
+        // It never acknowledges SETTINGS and sends no GetQuote: keep it.
+        handshake_timeout_secs: 600,
+        stalled_holder_secs: 600,
+        send_deadline_secs: 600,
+        ..Config::default()
+    })
+    .await;
+
+    // Given a client that asks for the page and does not read it...
+    let mut stalled = TcpStalledReader::open(server.addr(), RCVBUF, request.page_size)
+        .await
+        .expect("connects");
+    // ...when the server's send queue holds the page, all but what the
+    // client's receive buffer took (the kernel doubles SO_RCVBUF), and
+    // stays so for a second: h2 has nothing left of it to write.
+    let in_kernel = (page_len as u64).saturating_sub(2 * u64::from(RCVBUF));
+    let give_up = Instant::now() + BOUND;
+    let mut last = 0;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let queued = ServerSockets::read(server.addr())
+            .expect("/proc/net/tcp is readable")
+            .send_queue_bytes;
+        if queued >= in_kernel && queued == last {
+            break;
+        }
+        last = queued;
+        assert!(Instant::now() < give_up, "Send-Q {queued} of {page_len}");
+    }
+
+    // Then another client's page does not fit: the first is still charged.
+    let mut other = client(&server).await;
+    let Err(refused) = other.list_routes(request.clone()).await else {
+        panic!("a second page was served while the first was unread: the first is not charged");
+    };
+    assert_refused_by(&refused, "response budget");
+
+    // When the stalled client reads its page (all of it, and its trailers)...
+    let read = stalled.read_page(BOUND).await.expect("the page arrives");
+    assert_eq!(read, page_len + 5, "the page and its gRPC prefix");
+
+    // ...then its budget is given back, and the other client is served.
+    served_within_bound(&mut other, request.page_size).await;
 }
 
 /// A client that never reads the socket never acknowledges the server's

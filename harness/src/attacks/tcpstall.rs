@@ -24,6 +24,7 @@ use tokio::{
 
 use super::{Context, Findings, median_secs, secs};
 use crate::{
+    frame::kind,
     grpc,
     procfs::{ServerSockets, sockstat_tcp_mem_pages},
     raw::{FrameReader, FrameWriter, RawConn, RawError},
@@ -44,10 +45,11 @@ const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
 const PAGE_BYTES: u64 = 4096;
 
 /// One connection that stalls at the TCP level. Its read half is kept and
-/// never read; dropping it closes the socket.
+/// not read (until [`TcpStalledReader::read_page`], which tests use);
+/// dropping it closes the socket.
 #[derive(Debug)]
 pub struct TcpStalledReader {
-    _never_read: FrameReader<OwnedReadHalf>,
+    not_read: FrameReader<OwnedReadHalf>,
     writer: FrameWriter<OwnedWriteHalf>,
     authority: String,
     next_stream: u32,
@@ -59,15 +61,15 @@ impl TcpStalledReader {
     /// Nothing is ever read, not even the server's SETTINGS.
     pub async fn open(addr: SocketAddr, rcvbuf: u32, page_size: i32) -> Result<Self, RawError> {
         let conn = RawConn::connect_with_receive_buffer(addr, rcvbuf).await?;
-        let (never_read, mut writer) = conn.into_split();
+        let (not_read, mut writer) = conn.into_split();
         writer.queue_raw(crate::frame::PREFACE);
         writer.queue_settings(&[(SETTINGS_INITIAL_WINDOW_SIZE, MAX_WINDOW)]);
         writer.queue_window_update(0, MAX_WINDOW - INITIAL_CONNECTION_WINDOW);
         let mut reader = Self {
-            _never_read: never_read,
+            not_read,
             writer,
             authority: addr.to_string(),
-            next_stream: 1,
+            next_stream: PAGE_STREAM,
         };
         let page = grpc::framed(&ListRoutesRequest {
             page_size,
@@ -92,7 +94,35 @@ impl TcpStalledReader {
         self.queue_call(grpc::GET_QUOTE, &grpc::framed_quote());
         self.writer.flush().await
     }
+
+    /// Stops stalling: reads the socket until the page asked for at
+    /// [`Self::open`] has ended (its trailers), within `limit`, and returns
+    /// the bytes of its DATA frames.
+    pub async fn read_page(&mut self, limit: Duration) -> Result<usize, RawError> {
+        let give_up = Instant::now() + limit;
+        let mut data = 0;
+        loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            let frame = self
+                .not_read
+                .read_frame(left)
+                .await?
+                .ok_or(RawError::Closed)?;
+            if frame.stream_id != PAGE_STREAM {
+                continue;
+            }
+            if frame.kind == kind::DATA {
+                data += frame.payload.len();
+            }
+            if frame.ends_stream() {
+                return Ok(data);
+            }
+        }
+    }
 }
+
+/// The stream of the page [`TcpStalledReader::open`] asks for: the first.
+const PAGE_STREAM: u32 = 1;
 
 /// One look at the connections.
 #[derive(Debug, Serialize)]
