@@ -184,25 +184,28 @@ pub const TCP_NOTSENT_LOWAT: u32 = 128 * 1024;
 /// Elsewhere than Linux, "sent" means handed to the kernel.
 pub const SEND_DEADLINE: Duration = Duration::from_secs(30);
 
-/// How often, at most, the kernel's send queues are read while a response
-/// waits for the client to acknowledge it: every 100 ms (see
+/// How soon, and then how often, the kernel is asked about a socket while a
+/// response on it waits for the client to acknowledge it: 20 ms (see
 /// [`crate::kernel_queue`]).
 ///
-/// `/proc/net/tcp` lists every TCP socket of the machine's network
-/// namespace, and the kernel walks its whole established-socket hash table
-/// to print it, so a read is not cheap: measured on the 2-core test machine
-/// (262,144 hash buckets), 11.8 ms of CPU per read with 2,000 sockets
-/// (300 kB of table), almost all of it in the kernel, and about 5 ms with
-/// a dozen. So while responses wait, this costs up to about 12 % of one
-/// core at 2,000 sockets. (The netlink `sock_diag` dump that `ss` uses
-/// took 4 to 5 ms of kernel time for the same 2,000.)
-/// One thread does the reading, off the workers, and only while some
-/// response waits; all waiting responses share each read. The price: a
-/// response's budget is given back up to 100 ms after its last byte was
-/// acknowledged, and a stalled reader's acknowledgements are seen as send
-/// progress 100 ms late. Fixed on purpose: it trades CPU for the budget's
-/// precision, not a behaviour clients see.
-pub const KERNEL_QUEUE_POLL: Duration = Duration::from_millis(100);
+/// Each question is one `sock_diag` lookup of one socket by its addresses,
+/// measured on the 2-core test machine at 2,000 sockets: 6 µs of CPU each
+/// (`query_cost_at_2000_sockets`). A healthy client has acknowledged a
+/// page by the first or second question, so a ListRoutes call costs one or
+/// two; one thread asks, off the workers, and only while some response
+/// waits. The price of asking no more often: a response's budget is given
+/// back up to 20 ms after its last byte was acknowledged (a call that would
+/// fit once draining responses are given back waits for them, see
+/// [`crate::budget`]).
+pub const KERNEL_QUEUE_POLL: Duration = Duration::from_millis(20);
+
+/// The longest wait between two questions about a socket whose peer
+/// acknowledges nothing: 1 s. The interval doubles from
+/// [`KERNEL_QUEUE_POLL`] while nothing new is acknowledged, so 2,000
+/// stalled readers cost about 2,000 questions a second (about 1 % of a
+/// core), and a stalled reader is still seen to make progress, or not,
+/// well within [`STALLED_HOLDER_AFTER`] and [`SEND_DEADLINE`].
+pub const QUIET_SOCKET_POLL: Duration = Duration::from_secs(1);
 
 /// A request body must be complete within 10 s of its headers.
 ///
@@ -286,20 +289,6 @@ pub const COALESCE_BYTES: usize = 256 * 1024;
 /// gathered, so GetQuote answers and control frames are never held back or
 /// copied.
 pub const COALESCE_MIN_WRITE: usize = 8 * 1024;
-
-/// Bytes of a response h2 may queue per stream ahead of the socket: 128 KiB
-/// (hyper's default is about 400 KiB).
-///
-/// It matches [`TCP_NOTSENT_LOWAT`]: the kernel asks for more once less than
-/// 128 KiB of the connection is unsent, and this much is ready to refill it,
-/// so a fast reader is never kept waiting. More only sits in user space. Each
-/// queued chunk also takes a slot in the connection's frame queue, which
-/// keeps its size for as long as the connection lives: with hyper's default,
-/// a client allowing 16 MiB frames made h2 queue a whole page as 64 KiB
-/// slices (see [`crate::edge::PROGRESS_SLICE`]), and the queue stayed that
-/// large while the connection sat idle (about 3 KiB per connection, measured
-/// with the `bigframes` attack; docs/hardening.md, round two, A).
-pub const STREAM_SEND_BUFFER_BYTES: usize = 128 * 1024;
 
 /// Graceful shutdown: after SIGTERM or Ctrl+C the server stops accepting,
 /// lets calls in flight finish, and gives up waiting after 10 s.

@@ -30,7 +30,7 @@ use crate::{
     catalog::Catalog,
     connection::{self, Accepted, ConnectionInfo, ConnectionPolicy},
     edge::{EdgeConfig, EdgeLayer},
-    knobs::{Config, STREAM_SEND_BUFFER_BYTES},
+    knobs::Config,
     service::{RoutingApi, RoutingServer},
     workers::{self, Workers},
 };
@@ -251,9 +251,6 @@ fn http2_settings(config: &Config) -> http2::Builder<TokioExecutor> {
         // Advertise a stream limit (see knobs::MAX_CONCURRENT_STREAMS); tonic
         // advertises none unless told. (tonic: max_concurrent_streams)
         .max_concurrent_streams(config.max_concurrent_streams)
-        // What h2 may queue per stream ahead of the socket (see
-        // knobs::STREAM_SEND_BUFFER_BYTES). (tonic: no setting; hyper's ~400 KiB)
-        .max_send_buf_size(STREAM_SEND_BUFFER_BYTES)
         // h2's MadeYouReset guard, which tonic >= 0.14.3 switches off unless
         // it is set (see knobs::MAX_LOCAL_ERROR_RESETS).
         // (tonic: http2_max_local_error_reset_streams)
