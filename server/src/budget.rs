@@ -48,9 +48,11 @@ pub const EVICTION_WAIT: Duration = Duration::from_secs(1);
 const EVICTION_POLL: Duration = Duration::from_millis(5);
 
 /// How long a call waits for room held by responses that are draining
-/// (sent, their acknowledgement not seen yet): 250 ms, two reads of the
-/// kernel's queues ([`crate::knobs::KERNEL_QUEUE_POLL`], 100 ms) and the
-/// wake-up of the task that gives the room back. A response stuck in a
+/// (sent, their acknowledgement not seen yet): 250 ms, time for three
+/// questions to the kernel about a socket (20, 60 and 140 ms after it
+/// starts being waited on: [`crate::knobs::KERNEL_QUEUE_POLL`], doubling
+/// while nothing is acknowledged) and the wake-up of the task that gives
+/// the room back. A response stuck in a
 /// stalled reader's kernel drains no faster by waiting: past this, the
 /// call is refused, or a stalled holder is closed, as without it.
 pub const DRAIN_WAIT: Duration = Duration::from_millis(250);
