@@ -445,7 +445,8 @@ struct Poller {
     sockets: Mutex<HashMap<u64, Watched>>,
     /// Signalled when a socket starts being waited on.
     someone_waits: Condvar,
-    /// Bumped after every round of questions.
+    /// Bumped after a round of questions that found a socket gone or more
+    /// of it acknowledged.
     published: watch::Sender<u64>,
     /// `sock_diag` was refused: nothing is watched any more.
     unavailable: AtomicBool,
@@ -595,6 +596,7 @@ impl Poller {
             }
             let mut sockets = self.lock();
             let now = Instant::now();
+            let mut changed = false;
             for (inode, written_before, found) in answers {
                 let Some(w) = sockets.get_mut(&inode) else {
                     continue;
@@ -603,6 +605,7 @@ impl Poller {
                     Found::Queue(wqueue) => {
                         let acked = acked_at_least(written_before, wqueue);
                         w.interval = if acked > w.acked {
+                            changed = true;
                             KERNEL_QUEUE_POLL
                         } else {
                             (w.interval * 2).min(QUIET_SOCKET_POLL)
@@ -610,11 +613,18 @@ impl Poller {
                         w.acked = w.acked.max(acked);
                         w.next = now + w.interval;
                     }
-                    Found::Gone => w.gone = true,
+                    Found::Gone => {
+                        changed = true;
+                        w.gone = true;
+                    }
                 }
             }
             drop(sockets);
-            self.published.send_modify(|n| *n += 1);
+            // Every waiting response looks again, so only when one may be
+            // done or has progressed.
+            if changed {
+                self.published.send_modify(|n| *n += 1);
+            }
         }
     }
 
