@@ -47,7 +47,7 @@ use tokio::{
 
 use crate::budget::Holder;
 use crate::coalesce::Coalesce;
-use crate::kernel_queue::{Count, CountWrites, SentBytes};
+use crate::kernel_queue::{CountWrites, SentBytes};
 use crate::knobs::{
     ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, CONTROL_FRAMES_PER_STREAM, FD_HEADROOM,
     MAX_PING_STRIKES,
@@ -502,9 +502,9 @@ fn ack_then(ping_payload: &[u8], goaway: GoAway) -> Vec<u8> {
 /// the frame headers go by.
 #[derive(Debug)]
 pub struct Connection {
-    /// Bytes are counted as h2 hands them over (above the coalescing
-    /// buffer) and as they reach the socket (below it).
-    stream: CountWrites<Coalesce<CountWrites<TcpStream>>>,
+    /// Bytes are counted as they reach the socket (below the coalescing
+    /// buffer); those h2 hands over are counted here, as they are watched.
+    stream: Coalesce<CountWrites<TcpStream>>,
     info: ConnectionInfo,
     /// Held while the connection lives: one slot of the connection cap.
     _slot: OwnedSemaphorePermit,
@@ -537,9 +537,9 @@ impl Connection {
         let notify = Arc::new(Notify::new());
         let closer = Closer(Arc::clone(&notify));
         let sent = SentBytes::of(&stream);
-        let written = CountWrites::new(stream, Arc::clone(&sent), Count::Written);
+        let written = CountWrites::new(stream, Arc::clone(&sent));
         Self {
-            stream: CountWrites::new(Coalesce::new(written), Arc::clone(&sent), Count::Accepted),
+            stream: Coalesce::new(written),
             info: ConnectionInfo {
                 remote_addr,
                 responses: Holder::new(closer.clone()),
@@ -623,8 +623,10 @@ impl Connection {
         }
     }
 
-    /// Checks the frames hyper just wrote.
+    /// Checks the frames hyper just wrote, and counts their bytes as
+    /// accepted ([`SentBytes`]).
     fn watch_outbound(&mut self, bytes: &[u8]) {
+        self.info.sent.add_accepted(bytes.len());
         let Self {
             outbound,
             pings,
@@ -657,6 +659,9 @@ impl Connection {
                 if n == 0 {
                     return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
                 }
+                // Counted as accepted too, so the socket's count never runs
+                // ahead of it (which would end a response's wait early).
+                self.info.sent.add_accepted(n);
                 *written += n;
             }
             ready!(Pin::new(&mut self.stream).poll_flush(cx))?;

@@ -291,6 +291,11 @@ impl SentBytes {
         self.accepted.load(Ordering::Acquire)
     }
 
+    /// Counts `n` bytes the connection's writer took from h2.
+    pub fn add_accepted(&self, n: usize) {
+        self.accepted.fetch_add(n as u64, Ordering::AcqRel);
+    }
+
     fn written(&self) -> u64 {
         self.written.load(Ordering::Acquire)
     }
@@ -320,36 +325,22 @@ fn socket_of(_: &TcpStream) -> Option<SocketId> {
     None
 }
 
-/// Which count a [`CountWrites`] adds to.
-#[derive(Debug, Clone, Copy)]
-pub enum Count {
-    Accepted,
-    Written,
-}
-
-/// An IO that counts the bytes written through it into [`SentBytes`].
+/// The socket under the coalescing buffer, counting the bytes written to
+/// it into [`SentBytes::written`]. (The bytes accepted from h2 are counted
+/// by [`crate::connection::Connection`], which sees each one it writes.)
 #[derive(Debug)]
 pub struct CountWrites<T> {
     inner: T,
     bytes: Arc<SentBytes>,
-    count: Count,
 }
 
 impl<T> CountWrites<T> {
-    pub fn new(inner: T, bytes: Arc<SentBytes>, count: Count) -> Self {
-        Self {
-            inner,
-            bytes,
-            count,
-        }
+    pub fn new(inner: T, bytes: Arc<SentBytes>) -> Self {
+        Self { inner, bytes }
     }
 
     fn add(&self, n: usize) {
-        let counter = match self.count {
-            Count::Accepted => &self.bytes.accepted,
-            Count::Written => &self.bytes.written,
-        };
-        counter.fetch_add(n as u64, Ordering::AcqRel);
+        self.bytes.written.fetch_add(n as u64, Ordering::AcqRel);
     }
 }
 
@@ -844,7 +835,7 @@ mod tests {
             query(&diag, &id, 1, &mut buf).expect("answered"),
             Found::Queue(0)
         );
-        let mut server = CountWrites::new(server, Arc::clone(&bytes), Count::Written);
+        let mut server = CountWrites::new(server, Arc::clone(&bytes));
         server.write_all(&[7; 100_000]).await.expect("write");
         let mut read = vec![0; 100_000];
         client.read_exact(&mut read).await.expect("read");
