@@ -41,6 +41,7 @@ use crate::{
     budget::{ByteBudget, Refusal, Reservation, mib},
     connection::ConnectionInfo,
     kernel_queue::{self, SentBytes},
+    knobs::PROGRESS_SLICE,
 };
 
 /// The edge's settings, shared by every call.
@@ -364,8 +365,11 @@ impl Drop for InFlight {
 ///
 /// A chunk is handed to h2 in slices of at most [`PROGRESS_SLICE`] (tonic
 /// yields a whole page as one chunk). hyper asks for the next slice only
-/// when h2 has room to send it, so each slice taken is send progress, which
+/// when h2 has room to send it, and h2 drops a slice once it has written
+/// it, so each slice taken and each slice dropped is send progress, which
 /// keeps the connection from counting as stalled (see [`crate::budget`]).
+/// The drop counts too because h2 takes a page's last 400 KiB at once,
+/// with no slice left to take while it writes them.
 struct HeldBody {
     body: Body,
     held: Arc<InFlight>,
@@ -373,14 +377,9 @@ struct HeldBody {
     rest: Bytes,
 }
 
-/// Largest slice of a budgeted response handed to h2 at once: 64 KiB, a
-/// few DATA frames, and well under h2's per-stream send buffer (400 KiB),
-/// so that h2 takes slices as they go out rather than all at once.
-pub const PROGRESS_SLICE: usize = 64 * 1024;
-
 struct HeldChunk {
     bytes: Bytes,
-    _held: Arc<InFlight>,
+    held: Arc<InFlight>,
 }
 
 impl AsRef<[u8]> for HeldChunk {
@@ -389,16 +388,29 @@ impl AsRef<[u8]> for HeldChunk {
     }
 }
 
+impl Drop for HeldChunk {
+    /// h2 has written this slice (or dropped it with its stream).
+    fn drop(&mut self) {
+        self.held.progressed();
+    }
+}
+
+impl InFlight {
+    fn progressed(&self) {
+        if let Some(reservation) = &self.reservation {
+            reservation.progressed();
+        }
+    }
+}
+
 impl HeldBody {
     /// The next slice of `rest`, holding the reservation.
     fn next_slice(&mut self) -> Bytes {
         let slice = self.rest.split_to(self.rest.len().min(PROGRESS_SLICE));
-        if let Some(reservation) = &self.held.reservation {
-            reservation.progressed();
-        }
+        self.held.progressed();
         Bytes::from_owner(HeldChunk {
             bytes: slice,
-            _held: Arc::clone(&self.held),
+            held: Arc::clone(&self.held),
         })
     }
 }
@@ -509,7 +521,70 @@ pub fn response_budget_full(budget: &ByteBudget, bytes: usize) -> Status {
 
 #[cfg(test)]
 mod tests {
+    use http_body_util::{BodyExt, Full};
+    use tokio::sync::Notify;
+
     use super::*;
+    use crate::{budget::Holder, connection::Closer};
+
+    /// A budget of 100 bytes that one reader holds whole, for a budgeted
+    /// body of 1.5 slices as [`hold_until_sent`] makes it (no connection,
+    /// so no deadline watcher); the reader's closer; the body, after h2 (this
+    /// test) took its first slice; and that slice.
+    async fn reader_holding_all(
+        stall: Duration,
+    ) -> (Arc<ByteBudget>, Arc<Notify>, HeldBody, Bytes) {
+        let budget = ByteBudget::with_connection_share("test budget", 100, 100, Some(stall));
+        let closed = Arc::new(Notify::new());
+        let reader = Holder::new(Closer(Arc::clone(&closed)));
+        let reservation = budget.try_reserve_for(&reader, 100).expect("fits");
+        let page = Bytes::from(vec![7u8; 3 * PROGRESS_SLICE / 2]);
+        let mut body = HeldBody {
+            body: Body::new(Full::new(page)),
+            held: Arc::new(InFlight {
+                reservation: Some(Arc::new(reservation)),
+                bytes: None,
+                sent: None,
+            }),
+            rest: Bytes::new(),
+        };
+        let frame = body.frame().await.expect("a frame").expect("data");
+        let slice = frame.into_data().expect("a data frame");
+        assert_eq!(slice.len(), PROGRESS_SLICE);
+        (budget, closed, body, slice)
+    }
+
+    /// Given a full budget held by one reader, whose response last showed
+    /// progress when h2 took its first slice, longer ago than the stall
+    /// rule allows: while h2 still holds that slice, a newcomer closes the
+    /// reader's connection to make room; once h2 has dropped the slice
+    /// (written it), the reader is not stalled, and the newcomer is refused.
+    #[tokio::test]
+    async fn a_slice_written_is_send_progress() {
+        let stall = Duration::from_millis(100);
+        let newcomer = Holder::new(Closer(Arc::new(Notify::new())));
+
+        let (budget, closed, body, slice) = reader_holding_all(stall).await;
+        tokio::time::sleep(stall * 2).await;
+        let hangs_up = tokio::spawn(async move {
+            closed.notified().await;
+            drop((body, slice));
+        });
+        let room = budget.reserve_for(&newcomer, 50).await;
+        assert_eq!(room.map(|r| r.bytes()).ok(), Some(50), "slice still in h2");
+        hangs_up.await.expect("the stalled reader was closed");
+
+        let (budget, closed, _body, slice) = reader_holding_all(stall).await;
+        tokio::time::sleep(stall * 2).await;
+        drop(slice);
+        let room = budget.reserve_for(&newcomer, 50).await;
+        assert_eq!(room.err(), Some(Refusal::Full), "slice written");
+        let was_closed = tokio::time::timeout(stall, closed.notified()).await;
+        assert!(
+            was_closed.is_err(),
+            "a reader whose slice was written was closed"
+        );
+    }
 
     fn timeout_of(value: &'static str) -> Option<Duration> {
         let mut headers = HeaderMap::new();

@@ -150,11 +150,29 @@ pub const RESPONSE_SHARE_PERCENT: u8 = 25;
 /// gets its room (see [`crate::budget`]). Only if none is stalled is the
 /// newcomer refused.
 ///
-/// "Sent" is counted in 64 KiB slices of a response taken by h2, which
-/// takes the next only when the previous has gone out; so a reader slower
-/// than 64 KiB per 2 s (256 kbit/s) counts as stalled, but only matters
-/// when the budget is full. The closed client sees its connection end.
+/// "Sent" is counted in slices of a response ([`PROGRESS_SLICE`]): each
+/// slice h2 takes, and each it has finished writing, is progress, and so is
+/// each acknowledgement the client's kernel sends for a response h2 has
+/// let go of. So a reader slower than 256 KiB per 2 s (about 1 Mbit/s)
+/// counts as stalled, but only matters when the budget is full. The closed
+/// client sees its connection end.
 pub const STALLED_HOLDER_AFTER: Duration = Duration::from_secs(2);
+
+/// Largest slice of a budgeted response handed to h2 at once: 256 KiB
+/// (tonic yields a whole page as one chunk).
+///
+/// Slices are how a response shows send progress (see
+/// [`STALLED_HOLDER_AFTER`]), so the stall rule's rate is a slice per 2 s:
+/// 256 KiB × 8 ÷ 2 s ≈ 1 Mbit/s. That is below what a full page needs to
+/// beat the send deadline anyway (5.0 MB × 8 ÷ 30 s ≈ 1.3 Mbit/s).
+/// Not smaller: every slice h2 holds is one entry in its connection's
+/// frame queue, and h2 never shrinks that queue. With 64 KiB slices, a
+/// 200 kB and a 400 kB page sent at once (`abuse bigframes`) queued 15
+/// frames and left each idle connection a 5 KiB queue for life; with
+/// 256 KiB, 7 frames and 2.5 KiB. h2 still takes slices as they go out:
+/// hyper asks for the next only while h2 holds less than its 400 KiB
+/// per-stream send buffer.
+pub const PROGRESS_SLICE: usize = 256 * 1024;
 
 /// Unsent bytes the kernel may queue on one connection: 128 KiB
 /// (`TCP_NOTSENT_LOWAT`, Linux; 0 turns it off).
