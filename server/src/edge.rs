@@ -368,8 +368,8 @@ impl Drop for InFlight {
 /// when h2 has room to send it, and h2 drops a slice once it has written
 /// it, so each slice taken and each slice dropped is send progress, which
 /// keeps the connection from counting as stalled (see [`crate::budget`]).
-/// The drop counts too because h2 takes a page's last 400 KiB at once,
-/// with no slice left to take while it writes them.
+/// The drop counts too: once the last slice is taken, h2 may still hold
+/// up to its 400 KiB send buffer of the page, with nothing left to take.
 struct HeldBody {
     body: Body,
     held: Arc<InFlight>,

@@ -168,8 +168,8 @@ pub const STALLED_HOLDER_AFTER: Duration = Duration::from_secs(2);
 /// Not smaller: every slice h2 holds is one entry in its connection's
 /// frame queue, and h2 never shrinks that queue. With 64 KiB slices, a
 /// 200 kB and a 400 kB page sent at once (`abuse bigframes`) queued 15
-/// frames and left each idle connection a 5 KiB queue for life; with
-/// 256 KiB, 7 frames and 2.5 KiB. h2 still takes slices as they go out:
+/// frames and left each idle connection a 16-entry queue, 5 KiB, for
+/// life; with 256 KiB, 7 frames and 2.5 KiB. h2 still takes slices as they go out:
 /// hyper asks for the next only while h2 holds less than its 400 KiB
 /// per-stream send buffer.
 pub const PROGRESS_SLICE: usize = 256 * 1024;
