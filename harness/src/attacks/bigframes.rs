@@ -8,6 +8,10 @@
 //! it, then sends the second, too large for it, straight out, and the
 //! buffer may be left allocated for as long as the connection lives. The
 //! line reports the server's RSS per idle connection at the end of the hold.
+//!
+//! `--bigframes-extra-pages N` asks for N more 1-route pages at once with
+//! the two: whatever a server sizes to the streams in flight, and keeps
+//! once they are done, shows in the same number.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -31,13 +35,35 @@ const WINDOW: u32 = 16 * 1024 * 1024;
 /// under a 256 KiB write buffer), then 2 routes (about 400 kB, over it).
 const PAGE_SIZES: [i32; 2] = [1, 2];
 
-/// Connections doing their two calls at once: 32. The rest wait their
-/// turn, so the calls never fill the server's response budget (32 × 600 kB
-/// is far below 128 MiB) and only the idle connections are measured.
-const CALLING_AT_ONCE: usize = 32;
+/// Page bytes in flight at once, over all connections, at most: 19.2 MB,
+/// 32 connections' two pages (32 × 600 kB). The rest wait their turn, so
+/// the calls never fill the server's 128 MiB response budget and only the
+/// idle connections are measured.
+const IN_FLIGHT_BYTES: u64 = 32 * 600_000;
+
+/// Bytes of one connection's pages, roughly: the two, and `extra` 1-route
+/// pages (a route is about 200 kB).
+fn pages_bytes(extra: u32) -> u64 {
+    let routes = PAGE_SIZES
+        .iter()
+        .map(|&r| u64::from(r.unsigned_abs()))
+        .sum::<u64>();
+    (routes + u64::from(extra)) * 200_000
+}
+
+/// Connections reading their pages at once: as many as
+/// [`IN_FLIGHT_BYTES`] holds, and at least one.
+fn calling_at_once(extra: u32) -> usize {
+    usize::try_from((IN_FLIGHT_BYTES / pages_bytes(extra)).max(1)).unwrap_or(1)
+}
 
 /// Both pages must have arrived within 30 s of the connection's start.
 const CALL_LIMIT: Duration = Duration::from_secs(30);
+
+/// All connections must have read their pages within 120 s; those that
+/// have not are dropped and counted as `unfinished`, so that the attack
+/// ends on time whatever the server does.
+const CALLING_LIMIT: Duration = Duration::from_secs(120);
 
 /// How long the connections sit idle before the first RSS reading: 1 s,
 /// as the benchmark's idle measurement.
@@ -46,9 +72,13 @@ const SETTLE: Duration = Duration::from_secs(1);
 #[derive(Debug, Default, Serialize)]
 struct Details {
     conns: u32,
+    /// 1-route pages each connection asked for besides its two.
+    extra_pages: u32,
     /// How the page calls ended (`OK` for each page read in full).
     calls: Tally,
     connect_errors: u32,
+    /// Connections still reading their pages after [`CALLING_LIMIT`]: not measured.
+    unfinished: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     first_error: Option<String>,
     /// Connections still open at the end of the hold.
@@ -64,18 +94,27 @@ struct Details {
 }
 
 /// One connection's part: both pages, then the connection itself to hold.
-async fn one_connection(addr: SocketAddr) -> Result<(H2Conn, Vec<String>), Error> {
+async fn one_connection(addr: SocketAddr, extra: u32) -> Result<(H2Conn, Vec<String>), Error> {
+    // The connection's window holds every page twice over, so that pages
+    // read later cannot stall the one being read.
     let windows = ReceiveWindows {
         stream: WINDOW,
-        connection: WINDOW,
+        connection: u32::try_from(2 * pages_bytes(extra))
+            .unwrap_or(i32::MAX as u32)
+            .clamp(WINDOW, i32::MAX as u32),
     };
     let mut conn = H2Conn::connect_with(addr, windows, Some(MAX_PAYLOAD_LEN as u32)).await?;
     let started = Instant::now();
-    let pages = PAGE_SIZES.map(|page_size| ListRoutesRequest {
-        page_size,
-        ..Default::default()
-    });
-    // Both calls are opened before either is read: "at once".
+    let extra_pages = std::iter::repeat_n(1, extra as usize);
+    let pages: Vec<_> = PAGE_SIZES
+        .into_iter()
+        .chain(extra_pages)
+        .map(|page_size| ListRoutesRequest {
+            page_size,
+            ..Default::default()
+        })
+        .collect();
+    // All calls are opened before any is read: "at once".
     let mut responses = Vec::new();
     for page in &pages {
         let opened = conn
@@ -117,22 +156,34 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
     let rss = || process.and_then(|p| p.sample()).map(|s| s.rss);
     let rss_before = rss();
 
-    let calling = std::sync::Arc::new(Semaphore::new(CALLING_AT_ONCE));
+    let extra = knobs.bigframes_extra_pages;
+    let calling = std::sync::Arc::new(Semaphore::new(calling_at_once(extra)));
     let mut set = JoinSet::new();
     for _ in 0..n {
         let (addr, calling) = (ctx.target.addr(), calling.clone());
         set.spawn(async move {
             let _turn = calling.acquire_owned().await?;
-            one_connection(addr).await
+            one_connection(addr, extra).await
         });
     }
     let mut d = Details {
         conns: n,
+        extra_pages: extra,
         hold_s: hold.as_secs(),
         ..Default::default()
     };
     let mut held = Vec::with_capacity(n as usize);
-    while let Some(joined) = set.join_next().await {
+    let give_up = Instant::now() + CALLING_LIMIT;
+    loop {
+        let joined = match tokio::time::timeout_at(give_up, set.join_next()).await {
+            Ok(Some(joined)) => joined,
+            Ok(None) => break,
+            Err(_) => {
+                d.unfinished = u32::try_from(set.len()).unwrap_or(u32::MAX);
+                set.abort_all();
+                break;
+            }
+        };
         match joined.map_err(Error::from).and_then(|r| r) {
             Ok((conn, ends)) => {
                 for end in ends {
@@ -157,11 +208,15 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
     d.rss_before_mib = rss_before.map(mib);
     d.rss_settled_mib = rss_settled.map(mib);
     d.rss_end_mib = rss_end.map(mib);
-    let measured = (n - d.connect_errors) as usize;
+    let measured = (n - d.connect_errors - d.unfinished) as usize;
     d.per_conn_settled_kib = per_conn_kib(rss_before, rss_settled, measured);
     d.per_conn_kib = per_conn_kib(rss_before, rss_end, measured);
+    let extra_pages = match extra {
+        0 => String::new(),
+        n => format!(" and {n} more 1-route pages"),
+    };
     let outcome = format!(
-        "{} connections idle after a 1-route and a 2-route page in 16 MiB frames ({}): {} per idle connection after {}s, {} still open",
+        "{} connections idle after a 1-route and a 2-route page{extra_pages} in 16 MiB frames ({}): {} per idle connection after {}s, {} still open",
         measured,
         describe_tally(&d.calls),
         d.per_conn_kib.map_or_else(
@@ -171,6 +226,13 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
         hold.as_secs(),
         d.idle_open,
     );
+    let outcome = match d.unfinished {
+        0 => outcome,
+        u => format!(
+            "{outcome}; {u} had not read their pages after {} s, not measured",
+            CALLING_LIMIT.as_secs()
+        ),
+    };
     Ok(Findings::new(outcome, d))
 }
 
@@ -187,5 +249,14 @@ mod tests {
         assert_eq!(per_conn_kib(Some(after), Some(before), 1000), Some(-40.0));
         assert_eq!(per_conn_kib(None, Some(after), 1000), None);
         assert_eq!(per_conn_kib(Some(before), Some(after), 0), None);
+    }
+
+    /// 32 connections read their two pages at once, as before the extra
+    /// pages; with 48 extra (10.2 MB each) or 98 (20.2 MB), one at a time.
+    #[test]
+    fn extra_pages_mean_fewer_connections_at_once() {
+        assert_eq!((pages_bytes(0), calling_at_once(0)), (600_000, 32));
+        assert_eq!((pages_bytes(48), calling_at_once(48)), (10_200_000, 1));
+        assert_eq!((pages_bytes(98), calling_at_once(98)), (20_200_000, 1));
     }
 }

@@ -172,6 +172,9 @@ pub struct Knobs {
     /// bigframes: seconds they idle before the server's RSS is read (its keepalive pings every 5 s).
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub bigframes_hold_secs: u64,
+    /// bigframes: 1-route pages each connection asks for at once besides its two (up to 98: 100 streams in all).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=98))]
+    pub bigframes_extra_pages: u32,
 
     /// wuflood: connections flooding WINDOW_UPDATEs on a closed stream.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100))]
