@@ -19,7 +19,7 @@
 //!   deadline and budget, response budget and send deadline.
 //! - [`budget`]: the server-wide byte budgets behind them.
 //! - [`kernel_queue`]: when a response has really reached the client: the
-//!   kernel's send queue per connection, read from `/proc/net/tcp`.
+//!   kernel's send queue per connection, asked of `sock_diag` (netlink).
 //! - [`server`]: [`run`] assembles routing, health and reflection, applies
 //!   h2's own guards, and drains on shutdown; [`LocalServer`] runs it on a
 //!   free port for tests.
