@@ -32,7 +32,7 @@
 //! one connection, so its queue may never be empty. Each connection counts
 //! the bytes it accepted from h2 ([`SentBytes::accepted`], above the
 //! write-coalescing buffer) and the bytes it wrote to the socket
-//! ([`SentBytes::written`], below it). A response ends at the first count
+//! (`SentBytes::written`, below it). A response ends at the first count
 //! when it is released; it has drained once `written - wqueue` (bytes the
 //! peer has acknowledged) reaches that end ([`is_drained`]).
 //!
@@ -326,7 +326,7 @@ fn socket_of(_: &TcpStream) -> Option<SocketId> {
 }
 
 /// The socket under the coalescing buffer, counting the bytes written to
-/// it into [`SentBytes::written`]. (The bytes accepted from h2 are counted
+/// it into `SentBytes::written`. (The bytes accepted from h2 are counted
 /// by [`crate::connection::Connection`], which sees each one it writes.)
 #[derive(Debug)]
 pub struct CountWrites<T> {
