@@ -51,7 +51,11 @@ fn routing_api(config: &Config) -> RoutingApi {
         config.response_share_bytes(),
         Some(config.stalled_holder_after()),
     );
-    RoutingApi::new(Catalog::new(), response_budget, config.send_deadline())
+    RoutingApi::new(
+        Catalog::with_filler(config.filler),
+        response_budget,
+        config.send_deadline(),
+    )
 }
 
 /// The routing service around `api`, which may be shared: a clone shares its
