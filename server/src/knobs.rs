@@ -315,6 +315,82 @@ pub const COALESCE_MIN_WRITE: usize = 8 * 1024;
 /// compose.yaml allows 15 s before SIGKILL, so the drain can finish.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+// ─── Hardening round three (issue 23) ───────────────────────────────────
+
+/// WINDOW_UPDATEs on open streams and on the connection itself that a
+/// connection may send beyond what the server's DATA calls for: 1,000 (see
+/// [`crate::window_budget`]).
+///
+/// A WINDOW_UPDATE answers DATA the client has read: a receiver sends one
+/// for a stream, and one for the connection, after each few KiB it
+/// consumed. So the updates a client may send grow with the DATA it was
+/// sent: one per [`DATA_BYTES_PER_WINDOW_UPDATE`] (2 KiB, a stream update
+/// and a connection update for every 4 KiB, the smallest refresh any stack
+/// sends: Go's `inflowMinRefresh`), [`WINDOW_UPDATES_PER_STREAM`] for each
+/// stream the client opens, plus this allowance, a running total as in
+/// Envoy's rule. Without it, four connections that ask for full pages with
+/// a tiny window and then send WINDOW_UPDATEs in a tight loop on their open
+/// streams (each lets the server send a byte, or nothing) had the server
+/// take 80 million of them in 15 s on both cores, and another client's
+/// GetQuote median rose from 1 ms to 93–151 ms (issue 23). The
+/// control-frame budget ([`CONTROL_FRAME_BUDGET`]) does not see them: they
+/// are on open streams.
+///
+/// Past it the connection gets GOAWAY `ENHANCE_YOUR_CALM` with debug data
+/// `too_many_window_updates` and is closed, as for the ping floor. A real
+/// client sends at most two updates per 16 KiB DATA frame (h2 and Netty one
+/// per half window, grpc-go per quarter, Go's net/http2 per 4 KiB read at
+/// the most), so a download earns 8 per frame and spends 2 at most; 1,000
+/// covers the handshake's updates and a BDP estimator's window raises many
+/// times over. `--window-update-budget 0` turns the guard off.
+pub const WINDOW_UPDATE_BUDGET: u32 = 1000;
+
+/// DATA payload bytes the server sends for each WINDOW_UPDATE a client may
+/// answer with: 2 KiB (see [`WINDOW_UPDATE_BUDGET`]). Bytes, not frames: a
+/// client with a 1-byte window makes the server send 1-byte DATA frames,
+/// one per update, which earn it nothing. Fixed on purpose: it describes
+/// clients, it is not a tuning knob.
+pub const DATA_BYTES_PER_WINDOW_UPDATE: u64 = 2 * 1024;
+
+/// WINDOW_UPDATEs each stream a client opens may add: 4. A client that
+/// reads many small answers (GetQuote's are about 100 bytes, far less than
+/// 2 KiB) may still send a connection update with each new request, as
+/// grpc-core does when it writes anyway; 4 is twice a stream and a
+/// connection update for each. Fixed on purpose, like
+/// [`CONTROL_FRAMES_PER_STREAM`].
+pub const WINDOW_UPDATES_PER_STREAM: u64 = 4;
+
+/// How long a connection closed from outside (send deadline, a full
+/// response budget's eviction) may take to write its GOAWAY: 1 s.
+///
+/// The GOAWAY (`ENHANCE_YOUR_CALM`, debug data `send_deadline` or
+/// `stalled_holder`) waits for a frame boundary, as every GOAWAY of this
+/// server does, and tells the client why its calls ended and which
+/// streams were never served. A reader stalled at the HTTP/2 level takes
+/// it at once; one stalled at the TCP level takes nothing, so after this
+/// the connection is closed without it, as before, and its memory freed.
+pub const GOAWAY_WRITE_GRACE: Duration = Duration::from_secs(1);
+
+/// Connections the kernel may complete and queue before the server accepts
+/// them (the listen backlog): by default the kernel's own bound,
+/// `net.core.somaxconn` (see [`crate::listen`]).
+///
+/// When the queue is full the kernel drops the next SYN, and that client's
+/// connect takes a retransmission: a second or more. With std's 128, a
+/// storm of 32 clients reconnecting at once (a load balancer restarting, a
+/// fleet redeploying) made 1–11 % of connects take a second or more
+/// (issue 23); Go listens with `somaxconn` (4,096 on Linux since 5.4) and
+/// its clients saw almost none. The kernel caps any value at `somaxconn`.
+/// The memory is the kernel's, per queued connection, only while it waits.
+pub const LISTEN_BACKLOG: Option<u32> = None;
+
+/// The backlog when `somaxconn` cannot be read (not Linux, or no `/proc`):
+/// 4,096, Linux's default since 5.4.
+pub const LISTEN_BACKLOG_FALLBACK: u32 = 4096;
+
+/// Where Linux says its `somaxconn`.
+pub const SOMAXCONN_PATH: &str = "/proc/sys/net/core/somaxconn";
+
 /// The server's settings: the knobs above, each overridable by a flag or an
 /// environment variable so readers can experiment without recompiling.
 #[derive(Debug, Clone, clap::Args)]
@@ -429,6 +505,18 @@ pub struct Config {
     /// barely shrink). Same sizes, ids and prices either way.
     #[arg(long, env = "ROUTING_FILLER", value_enum, default_value_t = Filler::Repeated)]
     pub filler: Filler,
+
+    // Hardening round three (issue 23)
+    /// WINDOW_UPDATEs on open streams and the connection a connection may send
+    /// beyond one per 2 KiB of DATA sent to it and 4 per stream it opens; past
+    /// it, GOAWAY too_many_window_updates (0 turns the guard off).
+    #[arg(long, env = "ROUTING_WINDOW_UPDATE_BUDGET", default_value_t = WINDOW_UPDATE_BUDGET)]
+    pub window_update_budget: u32,
+
+    /// Connections the kernel may queue before they are accepted (listen backlog)
+    /// [default: the kernel's net.core.somaxconn, or 4096 if it cannot be read].
+    #[arg(long, env = "ROUTING_LISTEN_BACKLOG", value_parser = clap::value_parser!(u32).range(1..))]
+    pub listen_backlog: Option<u32>,
 }
 
 /// Parses a number of seconds that must be at least 1, with a message that
@@ -523,6 +611,11 @@ impl Config {
     pub fn drain_timeout(&self) -> Duration {
         secs(self.drain_secs)
     }
+
+    /// `None` when the guard is switched off (`--window-update-budget 0`).
+    pub fn window_update_budget(&self) -> Option<u32> {
+        (self.window_update_budget > 0).then_some(self.window_update_budget)
+    }
 }
 
 impl Default for Config {
@@ -554,6 +647,9 @@ impl Default for Config {
             drain_secs: DRAIN_TIMEOUT.as_secs(),
             no_gzip: false,
             filler: Filler::Repeated,
+            // Hardening round three (issue 23)
+            window_update_budget: WINDOW_UPDATE_BUDGET,
+            listen_backlog: LISTEN_BACKLOG,
         }
     }
 }

@@ -20,11 +20,13 @@
 //! - [`budget`]: the server-wide byte budgets behind them.
 //! - [`kernel_queue`]: when a response has really reached the client: the
 //!   kernel's send queue per connection, asked of `sock_diag` (netlink).
+//! - [`listen`]: the listening socket, with the kernel's listen backlog.
 //! - [`server`]: [`run`] assembles routing, health and reflection, applies
 //!   h2's own guards, and drains on shutdown; [`LocalServer`] runs it on a
 //!   free port for tests.
 //! - [`workers`]: thread-per-core serving: one current-thread runtime per
 //!   worker, each connection on one worker for its whole life.
+//! - [`window_budget`]: how many WINDOW_UPDATEs the DATA sent calls for.
 //! - [`probe`]: the health probe behind `routing-server probe`.
 //! - [`shutdown`]: Ctrl+C and SIGTERM.
 
@@ -35,12 +37,14 @@ pub mod connection;
 pub mod edge;
 pub mod kernel_queue;
 pub mod knobs;
+pub mod listen;
 pub mod page_codec;
 pub mod probe;
 pub mod quote;
 pub mod server;
 pub mod service;
 pub mod shutdown;
+pub mod window_budget;
 pub mod workers;
 
 pub use knobs::Config;

@@ -114,6 +114,6 @@ async fn run(cli: Cli) -> ExitCode {
 }
 
 async fn serve(config: Config) -> Result<(), routing_server::server::Error> {
-    let listener = routing_server::server::bind(config.listen).await?;
+    let listener = routing_server::server::bind_with_backlog(config.listen, &config)?;
     routing_server::run(listener, config, shutdown::signal()).await
 }

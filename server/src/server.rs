@@ -31,6 +31,7 @@ use crate::{
     connection::{self, Accepted, ConnectionInfo, ConnectionPolicy},
     edge::{EdgeConfig, EdgeLayer},
     knobs::Config,
+    listen,
     service::{RoutingApi, RoutingServer},
     workers::{self, Workers},
 };
@@ -154,6 +155,7 @@ pub async fn run(
             tcp_user_timeout: Some(config.keepalive_timeout()),
             tcp_notsent_lowat: config.tcp_notsent_lowat(),
             control_frame_budget: config.control_frame_budget(),
+            window_update_budget: config.window_update_budget(),
         },
     );
     let connections = GracefulShutdown::new();
@@ -358,17 +360,33 @@ where
     }
 }
 
-/// Binds the listening socket. When the port is taken, the error says how
-/// to choose another.
+/// Binds the listening socket as tokio does (mio asks for std's backlog,
+/// 128), for the stock tonic example. When the port is taken,
+/// the error says how to choose another.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(addr).await.map_err(|e| {
-        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
-            ": another process listens there; choose another address with --listen HOST:PORT or ROUTING_LISTEN"
-        } else {
-            ""
-        };
-        format!("cannot listen on {addr}: {e}{hint}").into()
-    })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| cannot_listen(addr, e))
+}
+
+/// Binds the listening socket with `config`'s listen backlog
+/// ([`crate::listen`]), as `routing-server` does.
+pub fn bind_with_backlog(addr: SocketAddr, config: &Config) -> Result<TcpListener, Error> {
+    let backlog = listen::backlog(config.listen_backlog);
+    listen::bind_std(addr, backlog)
+        .and_then(TcpListener::from_std)
+        .map_err(|e| cannot_listen(addr, e))
+}
+
+/// The error for a socket that cannot listen on `addr`; when the port is
+/// taken, it says how to choose another.
+fn cannot_listen(addr: SocketAddr, e: std::io::Error) -> Error {
+    let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+        ": another process listens there; choose another address with --listen HOST:PORT or ROUTING_LISTEN"
+    } else {
+        ""
+    };
+    format!("cannot listen on {addr}: {e}{hint}").into()
 }
 
 /// A server running in the background on a free loopback port. Integration
@@ -383,7 +401,8 @@ pub struct LocalServer {
 impl LocalServer {
     /// Binds `127.0.0.1:0` (ignoring `config.listen`) and starts serving.
     pub async fn start(config: Config) -> Result<Self, Error> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let listener = bind_with_backlog(loopback, &config)?;
         let addr = listener.local_addr()?;
         let (shutdown, stop) = oneshot::channel::<()>();
         let task = tokio::spawn(run(listener, config, async {
