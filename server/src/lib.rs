@@ -25,6 +25,11 @@
 //!   free port for tests.
 //! - [`workers`]: thread-per-core serving: one current-thread runtime per
 //!   worker, each connection on one worker for its whole life.
+//! - [`tls`]: TLS on the server's port (`--tls-cert`, `--tls-key`): the
+//!   handshake on the worker, inside the handshake timeout, and the
+//!   transport under the connection's policies.
+//! - [`dev_cert`]: `routing-server dev-cert`: a local CA and a server
+//!   certificate, made with rcgen.
 //! - [`probe`]: the health probe behind `routing-server probe`.
 //! - [`shutdown`]: Ctrl+C and SIGTERM.
 
@@ -32,6 +37,7 @@ pub mod budget;
 pub mod catalog;
 pub mod coalesce;
 pub mod connection;
+pub mod dev_cert;
 pub mod edge;
 pub mod kernel_queue;
 pub mod knobs;
@@ -41,6 +47,7 @@ pub mod quote;
 pub mod server;
 pub mod service;
 pub mod shutdown;
+pub mod tls;
 pub mod workers;
 
 pub use knobs::Config;
