@@ -69,6 +69,7 @@ use crate::knobs::{
     GOAWAY_WRITE_GRACE, MAX_PING_STRIKES,
 };
 use crate::window_budget::WindowUpdateBudget;
+use crate::tls::{ServerTls, Transport};
 use h2_frames::{Frame, FrameHeader, FrameTracker, GoAway, encode_frame, flag, kind};
 
 /// A ping this much sooner than the floor is still on time: timers and
@@ -289,11 +290,29 @@ impl Accepted {
     }
 
     /// Registers the socket with the runtime this is called on (it must be
-    /// called inside one) and applies the connection's policies.
-    pub fn serve(self) -> io::Result<Connection> {
+    /// called inside one) and applies the connection's policies; with
+    /// `tls`, first runs the TLS handshake ([`ServerTls::accept`]), inside
+    /// the same handshake timeout as HTTP/2's.
+    pub async fn serve(self, tls: Option<&ServerTls>) -> io::Result<Connection> {
         // into_std left the socket non-blocking, as from_std requires.
         let stream = TcpStream::from_std(self.stream)?;
-        Ok(Connection::new(stream, self.peer, self.slot, self.policy))
+        let Some(tls) = tls else {
+            return Ok(Connection::new(stream, self.peer, self.slot, self.policy));
+        };
+        // One deadline for the TLS handshake and HTTP/2's.
+        let deadline = tokio::time::Instant::now() + self.policy.handshake_timeout;
+        if let Err(e) = bound_kernel_buffers(&stream, &self.policy) {
+            tracing::debug!(peer = %self.peer, "cannot bound the socket's kernel buffers: {e}");
+        }
+        let (transport, sent) = tls.accept(stream, self.peer, deadline).await?;
+        Ok(Connection::over(
+            transport,
+            sent,
+            self.peer,
+            self.slot,
+            self.policy,
+            deadline,
+        ))
     }
 
     pub fn peer(&self) -> SocketAddr {
@@ -564,8 +583,9 @@ fn ack_then(ping_payload: &[u8], goaway: GoAway) -> Vec<u8> {
 #[derive(Debug)]
 pub struct Connection {
     /// Bytes are counted as they reach the socket (below the coalescing
-    /// buffer); those h2 hands over are counted here, as they are watched.
-    stream: Coalesce<CountWrites<TcpStream>>,
+    /// buffer, and below TLS); those h2 hands over are counted here, as
+    /// they are watched.
+    stream: Coalesce<Transport>,
     info: ConnectionInfo,
     /// Held while the connection lives: one slot of the connection cap.
     _slot: OwnedSemaphorePermit,
@@ -600,12 +620,26 @@ impl Connection {
         if let Err(e) = bound_kernel_buffers(&stream, &policy) {
             tracing::debug!(peer = %remote_addr, "cannot bound the socket's kernel buffers: {e}");
         }
+        let sent = SentBytes::of(&stream);
+        let plain = Transport::Plain(CountWrites::new(stream, Arc::clone(&sent)));
+        let deadline = tokio::time::Instant::now() + policy.handshake_timeout;
+        Self::over(plain, sent, remote_addr, slot, policy, deadline)
+    }
+
+    /// A connection over `transport` (plaintext or TLS), whose bytes `sent`
+    /// counts, with `handshake_deadline` for the HTTP/2 handshake.
+    fn over(
+        transport: Transport,
+        sent: Arc<SentBytes>,
+        remote_addr: SocketAddr,
+        slot: OwnedSemaphorePermit,
+        policy: ConnectionPolicy,
+        handshake_deadline: tokio::time::Instant,
+    ) -> Self {
         let notify = Arc::new(Notify::new());
         let closer = Closer::new(Arc::clone(&notify));
-        let sent = SentBytes::of(&stream);
-        let written = CountWrites::new(stream, Arc::clone(&sent));
         Self {
-            stream: Coalesce::new(written),
+            stream: Coalesce::new(transport),
             info: ConnectionInfo {
                 remote_addr,
                 responses: Holder::new(closer.clone()),
@@ -617,7 +651,7 @@ impl Connection {
             // earns a GOAWAY before it.
             inbound: FrameTracker::client_to_server().keeping(kind::PING, PING_PAYLOAD_LEN),
             outbound: FrameTracker::server_to_client(),
-            handshake: Some(Box::pin(tokio::time::sleep(policy.handshake_timeout))),
+            handshake: Some(Box::pin(tokio::time::sleep_until(handshake_deadline))),
             handshake_timeout: policy.handshake_timeout,
             pings: PingPolicy::new(policy.min_ping_interval, policy.permit_pings_without_calls),
             control_frames: policy.control_frame_budget.map(ControlFrameBudget::new),

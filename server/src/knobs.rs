@@ -391,6 +391,36 @@ pub const LISTEN_BACKLOG_FALLBACK: u32 = 4096;
 /// Where Linux says its `somaxconn`.
 pub const SOMAXCONN_PATH: &str = "/proc/sys/net/core/somaxconn";
 
+// ─── TLS (server/src/tls.rs) ────────────────────────────────────────────
+
+/// TLS handshakes the server computes at once, over every worker: 16.
+/// A connection whose ClientHello is in waits for a slot (inside its
+/// handshake timeout); it keeps the slot while rustls answers the
+/// ClientHello (the key exchange and the certificate's signature) and
+/// until its worker has run its other tasks once.
+///
+/// A full handshake is the most expensive thing a client can make this
+/// server do, about 0.5 ms of server CPU (docs/tls.md), against a few
+/// microseconds for a GetQuote on an open connection. Handshakes run on the
+/// workers, beside the calls of established connections, so without a
+/// bound a burst of new connections queues any number of them ahead of
+/// those calls. With it, a worker computes at most 16 between two looks at
+/// its sockets, so a call on an established connection waits behind at
+/// most about 8 ms of handshakes, whatever the flood. Handshake throughput
+/// is not lowered: the slots come free as fast as the CPU computes. A
+/// client that sends nothing, or stalls after its ClientHello, holds no
+/// slot, so stalled clients cannot lock real ones out. grpc-go has no such
+/// bound (each connection's handshake runs in a goroutine of its own, with
+/// a 120 s timeout).
+pub const TLS_HANDSHAKES_IN_FLIGHT: usize = 16;
+
+/// Whether the server issues TLS session tickets (stateless, encrypted with
+/// a key that rustls rotates every 6 hours): yes, as Go's crypto/tls does.
+/// A client that kept a ticket resumes: no certificate and no signature,
+/// so its handshake costs the server much less CPU (docs/tls.md has the
+/// figures); it still costs the round trip. Off, every handshake is full.
+pub const TLS_SESSION_TICKETS: bool = true;
+
 /// The server's settings: the knobs above, each overridable by a flag or an
 /// environment variable so readers can experiment without recompiling.
 #[derive(Debug, Clone, clap::Args)]
@@ -517,6 +547,36 @@ pub struct Config {
     /// [default: the kernel's net.core.somaxconn, or 4096 if it cannot be read].
     #[arg(long, env = "ROUTING_LISTEN_BACKLOG", value_parser = clap::value_parser!(u32).range(1..))]
     pub listen_backlog: Option<u32>,
+
+    // ─── TLS (server/src/tls.rs) ─────────────────────────────────────────
+    /// Serve TLS with this certificate chain (PEM, the server's certificate
+    /// first); needs --tls-key. Without both, the server speaks plaintext.
+    #[arg(
+        long,
+        env = "ROUTING_TLS_CERT",
+        requires = "tls_key",
+        value_name = "PATH"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1); needs --tls-cert.
+    #[arg(
+        long,
+        env = "ROUTING_TLS_KEY",
+        requires = "tls_cert",
+        value_name = "PATH"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
+
+    /// TLS handshakes computed at once; more wait for a slot within their handshake timeout.
+    #[arg(long, env = "ROUTING_TLS_HANDSHAKES_IN_FLIGHT", default_value_t = TLS_HANDSHAKES_IN_FLIGHT,
+          value_parser = at_least_one_handshake)]
+    pub tls_handshakes_in_flight: usize,
+
+    /// Whether to issue TLS session tickets, so clients can resume (true or false).
+    #[arg(long, env = "ROUTING_TLS_SESSION_TICKETS", default_value_t = TLS_SESSION_TICKETS,
+          action = clap::ArgAction::Set)]
+    pub tls_session_tickets: bool,
 }
 
 /// Parses a number of seconds that must be at least 1, with a message that
@@ -548,12 +608,22 @@ pub fn listen_address(text: &str) -> Result<std::net::SocketAddr, String> {
         .ok_or_else(|| format!("{text:?} resolves to no address; {hint}"))
 }
 
+/// Parses a number of TLS handshake slots, at least 1.
+fn at_least_one_handshake(text: &str) -> Result<usize, String> {
+    at_least_one(text, "handshake")
+}
+
 /// Parses a thread count of at least 1.
 fn at_least_one_thread(text: &str) -> Result<usize, String> {
+    at_least_one(text, "thread")
+}
+
+/// Parses a count of at least one `unit`, with a message that says so.
+fn at_least_one(text: &str, unit: &str) -> Result<usize, String> {
     match text.trim().parse::<usize>() {
-        Ok(0) => Err("must be at least 1 thread".into()),
+        Ok(0) => Err(format!("must be at least 1 {unit}")),
         Ok(n) => Ok(n),
-        Err(_) => Err(format!("{text:?} is not a whole number of threads")),
+        Err(_) => Err(format!("{text:?} is not a whole number of {unit}s")),
     }
 }
 
@@ -650,6 +720,11 @@ impl Default for Config {
             // Hardening round three (issue 23)
             window_update_budget: WINDOW_UPDATE_BUDGET,
             listen_backlog: LISTEN_BACKLOG,
+
+            tls_cert: None,
+            tls_key: None,
+            tls_handshakes_in_flight: TLS_HANDSHAKES_IN_FLIGHT,
+            tls_session_tickets: TLS_SESSION_TICKETS,
         }
     }
 }

@@ -27,6 +27,11 @@
 //! - [`workers`]: thread-per-core serving: one current-thread runtime per
 //!   worker, each connection on one worker for its whole life.
 //! - [`window_budget`]: how many WINDOW_UPDATEs the DATA sent calls for.
+//! - [`tls`]: TLS on the server's port (`--tls-cert`, `--tls-key`): the
+//!   handshake on the worker, inside the handshake timeout, and the
+//!   transport under the connection's policies.
+//! - [`dev_cert`]: `routing-server dev-cert`: a local CA and a server
+//!   certificate, made with rcgen.
 //! - [`probe`]: the health probe behind `routing-server probe`.
 //! - [`shutdown`]: Ctrl+C and SIGTERM.
 
@@ -34,6 +39,7 @@ pub mod budget;
 pub mod catalog;
 pub mod coalesce;
 pub mod connection;
+pub mod dev_cert;
 pub mod edge;
 pub mod kernel_queue;
 pub mod knobs;
@@ -45,6 +51,7 @@ pub mod server;
 pub mod service;
 pub mod shutdown;
 pub mod window_budget;
+pub mod tls;
 pub mod workers;
 
 pub use knobs::Config;

@@ -33,6 +33,7 @@ use crate::{
     knobs::Config,
     listen,
     service::{RoutingApi, RoutingServer},
+    tls::ServerTls,
     workers::{self, Workers},
 };
 
@@ -139,6 +140,7 @@ pub async fn run(
         .layer(services))
     };
     let http2 = http2_settings(&config);
+    let tls = ServerTls::from_config(&config)?;
 
     let local_addr = listener.local_addr()?;
     let max_connections = config
@@ -161,13 +163,19 @@ pub async fn run(
     let connections = GracefulShutdown::new();
     let mut serve = Vec::with_capacity(workers);
     for _ in 0..workers {
-        let (service, http2) = (worker_service()?, http2.clone());
+        let (service, http2, tls) = (worker_service()?, http2.clone(), tls.clone());
         serve.push(move |(accepted, watcher)| {
-            serve_connection(accepted, watcher, service.clone(), http2.clone())
+            serve_connection(
+                accepted,
+                watcher,
+                service.clone(),
+                http2.clone(),
+                tls.clone(),
+            )
         });
     }
     let mut workers = Workers::start(serve)?;
-    tracing::info!(%local_addr, ?config, max_connections, workers = workers.len(), "serving shipping.routing.v1.RoutingService");
+    tracing::info!(%local_addr, ?config, max_connections, workers = workers.len(), tls = tls.is_some(), "serving shipping.routing.v1.RoutingService");
 
     let mut shutdown = pin!(shutdown);
     loop {
@@ -211,6 +219,7 @@ async fn serve_connection<S>(
     watcher: Watcher,
     service: S,
     http2: http2::Builder<TokioExecutor>,
+    tls: Option<ServerTls>,
 ) where
     S: Service<http::Request<Incoming>, Response = http::Response<Body>, Error = Infallible>
         + Clone
@@ -219,10 +228,10 @@ async fn serve_connection<S>(
     S::Future: Send + 'static,
 {
     let peer = accepted.peer();
-    let connection = match accepted.serve() {
+    let connection = match accepted.serve(tls.as_ref()).await {
         Ok(connection) => connection,
         Err(e) => {
-            tracing::debug!(%peer, "cannot serve the connection on this worker: {e}");
+            tracing::debug!(%peer, "connection not served: {e}");
             return;
         }
     };
