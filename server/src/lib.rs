@@ -23,6 +23,8 @@
 //! - [`server`]: [`run`] assembles routing, health and reflection, applies
 //!   h2's own guards, and drains on shutdown; [`LocalServer`] runs it on a
 //!   free port for tests.
+//! - [`lifetime`]: connection age and idleness (GOAWAY, then a grace), the
+//!   server's drain, and the `routing-replica` response header.
 //! - [`workers`]: thread-per-core serving: one current-thread runtime per
 //!   worker, each connection on one worker for its whole life.
 //! - [`probe`]: the health probe behind `routing-server probe`.
@@ -35,6 +37,7 @@ pub mod connection;
 pub mod edge;
 pub mod kernel_queue;
 pub mod knobs;
+pub mod lifetime;
 pub mod page_codec;
 pub mod probe;
 pub mod quote;
