@@ -68,8 +68,8 @@ use crate::knobs::{
     ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, CONTROL_FRAMES_PER_STREAM, FD_HEADROOM,
     GOAWAY_WRITE_GRACE, MAX_PING_STRIKES,
 };
-use crate::window_budget::WindowUpdateBudget;
 use crate::tls::{ServerTls, Transport};
+use crate::window_budget::WindowUpdateBudget;
 use h2_frames::{Frame, FrameHeader, FrameTracker, GoAway, encode_frame, flag, kind};
 
 /// A ping this much sooner than the floor is still on time: timers and

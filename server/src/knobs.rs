@@ -421,6 +421,46 @@ pub const TLS_HANDSHAKES_IN_FLIGHT: usize = 16;
 /// figures); it still costs the round trip. Off, every handshake is full.
 pub const TLS_SESSION_TICKETS: bool = true;
 
+// ─── Connection lifetime and the replica's name (issue 21, see lifetime.rs) ───
+
+/// Maximum connection age: off by default, as in grpc-go
+/// (`MaxConnectionAge` is infinity unless set).
+///
+/// When set (`--max-connection-age-secs N`), a connection gets a graceful
+/// GOAWAY after N seconds ±10 %, and its client reconnects: behind an L4
+/// load balancer that is what spreads a long-lived channel's calls over
+/// replicas added after it connected (README, "Behind a load balancer").
+/// Off because a server alone, or behind an L7 balancer that spreads calls
+/// itself, gains nothing from it and every client pays a reconnect (a TCP
+/// and HTTP/2 handshake, a round trip or two) per age. What to set it to
+/// depends on how fast replicas come and go in a deployment, not on
+/// anything this server can measure; grpc-go users commonly pick minutes
+/// (e.g. 30 s to 5 min). Unit: seconds, at least 1.
+pub const MAX_CONNECTION_AGE: Option<Duration> = None;
+
+/// After the age's GOAWAY, calls in flight may take this long to finish
+/// before the connection is closed under them: unset, as long as they take
+/// (grpc-go's default is infinity too). Set it whenever the age is set and
+/// calls can be long (a stream that never ends would otherwise keep the
+/// connection, and its replica, forever). Unit: seconds; 0 closes the
+/// connection as soon as the GOAWAY is out.
+pub const MAX_CONNECTION_AGE_GRACE: Option<Duration> = None;
+
+/// Maximum idle time: off by default, as in grpc-go (`MaxConnectionIdle`).
+/// When set, a connection that has had no stream open for this long gets a
+/// graceful GOAWAY and closes, giving back what an idle connection holds
+/// (the per-connection h2 state `docs/hardening.md` lists). Off because
+/// the chapter's own lesson keeps idle channels warm on purpose (5 s
+/// keepalive); a client that is sent away reconnects on its next call and
+/// pays a handshake for it. Unit: seconds, at least 1.
+pub const MAX_CONNECTION_IDLE: Option<Duration> = None;
+
+/// The age is moved by up to ±10 % per connection, as grpc-go's
+/// `getJitter`: connections opened together (after a deploy, or after the
+/// balancer restarted) do not all reconnect at the same moment. Fixed: it
+/// is what gRFC A9 specifies, not a tuning knob.
+pub const MAX_CONNECTION_AGE_JITTER: f64 = 0.1;
+
 /// The server's settings: the knobs above, each overridable by a flag or an
 /// environment variable so readers can experiment without recompiling.
 #[derive(Debug, Clone, clap::Args)]
@@ -577,6 +617,27 @@ pub struct Config {
     #[arg(long, env = "ROUTING_TLS_SESSION_TICKETS", default_value_t = TLS_SESSION_TICKETS,
           action = clap::ArgAction::Set)]
     pub tls_session_tickets: bool,
+
+    // ─── Connection lifetime and the replica's name (issue 21, lifetime.rs) ───
+    /// Seconds after which a connection gets a graceful GOAWAY (±10 % jitter), so
+    /// its client reconnects and a load balancer picks again [default: never].
+    #[arg(long, env = "ROUTING_MAX_CONNECTION_AGE_SECS", value_parser = at_least_one_second)]
+    pub max_connection_age_secs: Option<u64>,
+
+    /// Seconds calls in flight may take to finish after the age's GOAWAY before the
+    /// connection is closed [default: as long as they take].
+    #[arg(long, env = "ROUTING_MAX_CONNECTION_AGE_GRACE_SECS")]
+    pub max_connection_age_grace_secs: Option<u64>,
+
+    /// Seconds a connection may have no call open before it gets a graceful GOAWAY
+    /// [default: never].
+    #[arg(long, env = "ROUTING_MAX_CONNECTION_IDLE_SECS", value_parser = at_least_one_second)]
+    pub max_connection_idle_secs: Option<u64>,
+
+    /// Name of this replica, sent as the `routing-replica` header on every response
+    /// (visible ASCII, at most 64 characters) [default: no header].
+    #[arg(long, env = "ROUTING_REPLICA", value_parser = replica_name)]
+    pub replica: Option<String>,
 }
 
 /// Parses a number of seconds that must be at least 1, with a message that
@@ -625,6 +686,19 @@ fn at_least_one(text: &str, unit: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(_) => Err(format!("{text:?} is not a whole number of {unit}s")),
     }
+}
+
+/// Parses a replica name: 1 to 64 visible ASCII characters, so it is a valid
+/// header value and short enough to count by.
+fn replica_name(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    let visible = name.bytes().all(|b| b.is_ascii_graphic());
+    if name.is_empty() || name.len() > 64 || !visible {
+        return Err(format!(
+            "{text:?}: a replica name is 1 to 64 visible ASCII characters, e.g. replica-a"
+        ));
+    }
+    Ok(name.to_owned())
 }
 
 fn secs(n: u64) -> Duration {
@@ -686,6 +760,21 @@ impl Config {
     pub fn window_update_budget(&self) -> Option<u32> {
         (self.window_update_budget > 0).then_some(self.window_update_budget)
     }
+
+    /// `None`: connections have no maximum age.
+    pub fn max_connection_age(&self) -> Option<Duration> {
+        self.max_connection_age_secs.map(secs)
+    }
+
+    /// `None`: calls in flight after the age's GOAWAY take as long as they take.
+    pub fn max_connection_age_grace(&self) -> Option<Duration> {
+        self.max_connection_age_grace_secs.map(secs)
+    }
+
+    /// `None`: idle connections are never sent away.
+    pub fn max_connection_idle(&self) -> Option<Duration> {
+        self.max_connection_idle_secs.map(secs)
+    }
 }
 
 impl Default for Config {
@@ -720,11 +809,16 @@ impl Default for Config {
             // Hardening round three (issue 23)
             window_update_budget: WINDOW_UPDATE_BUDGET,
             listen_backlog: LISTEN_BACKLOG,
-
+            // TLS (tls.rs)
             tls_cert: None,
             tls_key: None,
             tls_handshakes_in_flight: TLS_HANDSHAKES_IN_FLIGHT,
             tls_session_tickets: TLS_SESSION_TICKETS,
+            // Connection lifetime and the replica's name (lifetime.rs)
+            max_connection_age_secs: MAX_CONNECTION_AGE.map(|d| d.as_secs()),
+            max_connection_age_grace_secs: MAX_CONNECTION_AGE_GRACE.map(|d| d.as_secs()),
+            max_connection_idle_secs: MAX_CONNECTION_IDLE.map(|d| d.as_secs()),
+            replica: None,
         }
     }
 }
@@ -746,6 +840,16 @@ mod tests {
             Err("must be at least 1 thread".into())
         );
         assert_eq!(at_least_one_thread("4"), Ok(4));
+    }
+
+    /// A replica name must be a header value worth counting by.
+    #[test]
+    fn replica_names_are_short_visible_ascii() {
+        assert_eq!(replica_name(" replica-a "), Ok("replica-a".into()));
+        for bad in ["", "two words", "é", &"x".repeat(65)] {
+            let err = replica_name(bad).expect_err(bad);
+            assert!(err.contains("1 to 64 visible ASCII"), "{bad}: {err}");
+        }
     }
 
     /// `--listen` takes what `--target` takes: an address, or a host name

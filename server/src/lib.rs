@@ -24,6 +24,8 @@
 //! - [`server`]: [`run`] assembles routing, health and reflection, applies
 //!   h2's own guards, and drains on shutdown; [`LocalServer`] runs it on a
 //!   free port for tests.
+//! - [`lifetime`]: connection age and idleness (GOAWAY, then a grace), the
+//!   server's drain, and the `routing-replica` response header.
 //! - [`workers`]: thread-per-core serving: one current-thread runtime per
 //!   worker, each connection on one worker for its whole life.
 //! - [`window_budget`]: how many WINDOW_UPDATEs the DATA sent calls for.
@@ -43,6 +45,7 @@ pub mod dev_cert;
 pub mod edge;
 pub mod kernel_queue;
 pub mod knobs;
+pub mod lifetime;
 pub mod listen;
 pub mod page_codec;
 pub mod probe;
@@ -50,8 +53,8 @@ pub mod quote;
 pub mod server;
 pub mod service;
 pub mod shutdown;
-pub mod window_budget;
 pub mod tls;
+pub mod window_budget;
 pub mod workers;
 
 pub use knobs::Config;

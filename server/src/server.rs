@@ -14,7 +14,6 @@ use std::{
 use hyper::{body::Incoming, server::conn::http2};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::graceful::{GracefulShutdown, Watcher},
     service::TowerToHyperService,
 };
 use routing_contracts::routing::routing_service_server::RoutingServiceServer;
@@ -31,6 +30,7 @@ use crate::{
     connection::{self, Accepted, ConnectionInfo, ConnectionPolicy},
     edge::{EdgeConfig, EdgeLayer},
     knobs::Config,
+    lifetime::{self, Drain, DrainWatcher, Lifetime},
     listen,
     service::{RoutingApi, RoutingServer},
     tls::ServerTls,
@@ -160,10 +160,12 @@ pub async fn run(
             window_update_budget: config.window_update_budget(),
         },
     );
-    let connections = GracefulShutdown::new();
+    let connections = Drain::new();
+    let lifetime = Arc::new(Lifetime::from_config(&config));
     let mut serve = Vec::with_capacity(workers);
     for _ in 0..workers {
         let (service, http2, tls) = (worker_service()?, http2.clone(), tls.clone());
+        let lifetime = Arc::clone(&lifetime);
         serve.push(move |(accepted, watcher)| {
             serve_connection(
                 accepted,
@@ -171,6 +173,7 @@ pub async fn run(
                 service.clone(),
                 http2.clone(),
                 tls.clone(),
+                Arc::clone(&lifetime),
             )
         });
     }
@@ -216,16 +219,17 @@ pub async fn run(
 /// the drain closes it.
 async fn serve_connection<S>(
     accepted: Accepted,
-    watcher: Watcher,
+    watcher: DrainWatcher,
     service: S,
     http2: http2::Builder<TokioExecutor>,
     tls: Option<ServerTls>,
+    lifetime: Arc<Lifetime>,
 ) where
     S: Service<http::Request<Incoming>, Response = http::Response<Body>, Error = Infallible>
         + Clone
         + Send
         + 'static,
-    S::Future: Send + 'static,
+    S::Future: Send + Unpin + 'static,
 {
     let peer = accepted.peer();
     let connection = match accepted.serve(tls.as_ref()).await {
@@ -243,8 +247,10 @@ async fn serve_connection<S>(
     // captured by an async block and then awaited is stored twice, which
     // cost 1.4 KiB per connection (measured with massif).
     let io = TokioIo::new(connection);
+    // Connection age and idleness, and the replica header (lifetime.rs).
+    let (per_call, activity) = lifetime.track(per_call);
     let serving = http2.serve_connection(io, TowerToHyperService::new(per_call));
-    if let Err(e) = watcher.watch(serving).await {
+    if let Err(e) = lifetime::serve(serving, watcher, &lifetime, activity).await {
         tracing::debug!("connection ended with an error: {e}");
     }
 }
