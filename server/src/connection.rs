@@ -65,7 +65,7 @@ use crate::budget::Holder;
 use crate::coalesce::Coalesce;
 use crate::kernel_queue::{CountWrites, SentBytes};
 use crate::knobs::{
-    ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, ACCEPTED_QUEUE, CONTROL_FRAMES_PER_STREAM, FD_HEADROOM,
+    ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, CONTROL_FRAMES_PER_STREAM, FD_HEADROOM,
     GOAWAY_WRITE_GRACE, MAX_PING_STRIKES,
 };
 use crate::window_budget::WindowUpdateBudget;
@@ -184,7 +184,7 @@ pub fn incoming(
     max_connections: u64,
     policy: ConnectionPolicy,
 ) -> mpsc::Receiver<Accepted> {
-    let (tx, rx) = mpsc::channel(ACCEPTED_QUEUE);
+    let (tx, rx) = mpsc::channel(1);
     let slots = usize::try_from(max_connections)
         .unwrap_or(usize::MAX)
         .min(Semaphore::MAX_PERMITS);

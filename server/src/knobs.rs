@@ -389,21 +389,6 @@ pub const LISTEN_BACKLOG_FALLBACK: u32 = 4096;
 /// Where Linux says its `somaxconn`.
 pub const SOMAXCONN_PATH: &str = "/proc/sys/net/core/somaxconn";
 
-/// Connections accepted and not yet handed to their worker, at most: 256.
-///
-/// The accept loop is a task on the runtime that also serves worker 0's
-/// connections, and the hand-off to the workers runs in [`crate::run`]'s
-/// own future there, which tokio polls once between batches of up to 61
-/// other tasks. With room for one, as before, each such turn passed on one
-/// connection, and a reconnect storm outran the acceptor: 32 clients
-/// reconnecting as fast as they could got 6,600–7,900 connects a second
-/// and overflowed even a 4,096-connection backlog (issue 23). With 256, the
-/// acceptor takes what the kernel has queued (up to tokio's budget of 128
-/// per turn) and the hand-off takes everything waiting at once. Each holds
-/// a slot of the connection cap; at shutdown those still waiting are
-/// closed, like those still in the kernel's backlog.
-pub const ACCEPTED_QUEUE: usize = 256;
-
 /// The server's settings: the knobs above, each overridable by a flag or an
 /// environment variable so readers can experiment without recompiling.
 #[derive(Debug, Clone, clap::Args)]

@@ -30,7 +30,7 @@ use crate::{
     catalog::Catalog,
     connection::{self, Accepted, ConnectionInfo, ConnectionPolicy},
     edge::{EdgeConfig, EdgeLayer},
-    knobs::{ACCEPTED_QUEUE, Config},
+    knobs::Config,
     listen,
     service::{RoutingApi, RoutingServer},
     workers::{self, Workers},
@@ -166,25 +166,17 @@ pub async fn run(
     tracing::info!(%local_addr, ?config, max_connections, workers = workers.len(), "serving shipping.routing.v1.RoutingService");
 
     let mut shutdown = pin!(shutdown);
-    // Every connection accepted since the last look is taken at once: this
-    // future is polled between batches of other tasks on its runtime (see
-    // knobs::ACCEPTED_QUEUE).
-    let mut accepted = Vec::with_capacity(ACCEPTED_QUEUE);
     loop {
-        let received = tokio::select! {
+        let connection = tokio::select! {
             () = &mut shutdown => break,
-            received = incoming.recv_many(&mut accepted, ACCEPTED_QUEUE) => received,
+            connection = incoming.recv() => connection,
         };
-        if received == 0 {
-            break;
-        }
-        for connection in accepted.drain(..) {
-            let peer = connection.peer();
-            // The watcher is made here, before the hand-off, so the drain
-            // also waits for a connection still on its way to its worker.
-            let worker = workers.hand_off((connection, connections.watcher()));
-            tracing::debug!(%peer, worker, live = ?workers.live(), "connection accepted");
-        }
+        let Some(connection) = connection else { break };
+        let peer = connection.peer();
+        // The watcher is made here, before the hand-off, so the drain also
+        // waits for a connection still on its way to its worker.
+        let worker = workers.hand_off((connection, connections.watcher()));
+        tracing::debug!(%peer, worker, live = ?workers.live(), "connection accepted");
     }
 
     // Dropping `incoming` ends the accept loop, which closes the listener:
