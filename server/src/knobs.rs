@@ -334,7 +334,9 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// client that sends nothing, or stalls after its ClientHello, holds no
 /// slot, so stalled clients cannot lock real ones out. grpc-go has no such
 /// bound (each connection's handshake runs in a goroutine of its own, with
-/// a 120 s timeout).
+/// a 120 s timeout). Not yet shown by a measurement: a first flood on the
+/// shared 2-core test machine saturated the CPU with its own clients, and
+/// the probe's p99 was 7-9 ms with 1, 16 or 100,000 slots (docs/tls.md).
 pub const TLS_HANDSHAKES_IN_FLIGHT: usize = 16;
 
 /// Whether the server issues TLS session tickets (stateless, encrypted with
