@@ -518,3 +518,65 @@ async fn served_within_bound(client: &mut RoutingServiceClient<Channel>) {
         }
     }
 }
+
+/// The conversion behind the last test, exactly: given a TLS connection
+/// whose server writes 100,000 plaintext bytes through its transport and
+/// then nothing, when the client has read them all, then the server's
+/// count turns the socket bytes the client received (the handshake,
+/// tickets, records) back into all 100,000 plaintext bytes, and one socket
+/// byte fewer into fewer: a response is never counted as acknowledged
+/// before its last record is.
+#[tokio::test]
+async fn socket_bytes_turn_back_into_plaintext_never_early() {
+    use routing_clients::{
+        CountingConnector,
+        tls::{ClientTls, tls_ca, tls_server_name},
+    };
+    use tower::ServiceExt;
+    const PLAINTEXT: usize = 100_000;
+
+    // Given a server side that writes the bytes and keeps the connection...
+    let certs = Certs::new("quiet");
+    let tls = ServerTls::from_config(&certs.config())
+        .expect("valid files")
+        .expect("TLS asked for");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(async move {
+        let (tcp, peer) = listener.accept().await.expect("accept");
+        let (mut transport, sent) = tls
+            .accept(tcp, peer, Instant::now() + BOUND)
+            .await
+            .expect("handshake");
+        transport.write_all(&[0; PLAINTEXT]).await.expect("written");
+        transport.flush().await.expect("flushed");
+        (transport, sent)
+    });
+
+    // ...and a client whose connector counts the socket's bytes below TLS.
+    let ca = tls_ca(certs.dir.join("ca.pem").to_str().expect("UTF-8")).expect("the CA");
+    let client_tls = ClientTls::new(&ca, tls_server_name("localhost"), Arc::default());
+    let connector = CountingConnector::new().with_tls(Some(client_tls));
+    let uri: Uri = format!("http://{addr}").parse().expect("uri");
+    let mut io = connector
+        .clone()
+        .oneshot(uri)
+        .await
+        .expect("connects over TLS")
+        .into_inner();
+    let mut read = vec![1; PLAINTEXT];
+    tokio::time::timeout(BOUND, io.read_exact(&mut read))
+        .await
+        .expect("in time")
+        .expect("all of it");
+    let (_transport, sent) = server.await.expect("server side");
+
+    // When every socket byte the client received is acknowledged...
+    let socket = connector.snapshot().bytes_read;
+    assert!(socket > PLAINTEXT as u64, "TLS adds bytes: {socket}");
+    // ...then all the plaintext is, and one byte short, not all of it.
+    assert_eq!(sent.plaintext_acked(socket), PLAINTEXT as u64);
+    assert!(sent.plaintext_acked(socket - 1) < PLAINTEXT as u64);
+}
