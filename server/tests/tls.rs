@@ -580,3 +580,37 @@ async fn socket_bytes_turn_back_into_plaintext_never_early() {
     assert_eq!(sent.plaintext_acked(socket), PLAINTEXT as u64);
     assert!(sent.plaintext_acked(socket - 1) < PLAINTEXT as u64);
 }
+
+/// The connection cap holds over TLS: it is applied at accept, before any
+/// handshake. Given a cap of one and a TLS client holding it, when a
+/// second connection arrives, then it is closed at once, with no TLS
+/// handshake (no byte from the server); the first client is still served.
+#[tokio::test]
+async fn the_connection_cap_holds_over_tls() {
+    let certs = Certs::new("cap");
+    let server = start_with(Config {
+        max_connections: Some(1),
+        // Longer than BOUND: only the cap can close the second connection.
+        handshake_timeout_secs: 60,
+        ..certs.config()
+    })
+    .await;
+    let mut first = TlsDialer::new(&certs).client(&server).await;
+    first
+        .get_quote(sample_quote_request())
+        .await
+        .expect("the first client is served");
+
+    let mut second = TcpStream::connect(server.addr())
+        .await
+        .expect("TCP connects");
+    let received = read_until_closed(&mut second).await;
+    assert!(
+        received.is_empty(),
+        "no handshake over the cap: {received:?}"
+    );
+    first
+        .get_quote(sample_quote_request())
+        .await
+        .expect("still served");
+}
