@@ -614,3 +614,49 @@ async fn the_connection_cap_holds_over_tls() {
         .await
         .expect("still served");
 }
+
+/// The connection's policies sit above TLS and see plaintext frames: given
+/// a TLS client that sends its preface and SETTINGS, then PINGs far faster
+/// than the 5 s floor, when the server reads them, then it answers with a
+/// GOAWAY ENHANCE_YOUR_CALM `too_many_pings` inside the TLS session, and
+/// closes the connection.
+#[tokio::test]
+async fn the_ping_floor_holds_over_tls() {
+    use h2_frames::{FrameTracker, GoAway, PREFACE, encode_frame, kind};
+
+    let certs = Certs::new("pings");
+    let server = start_with(certs.config()).await;
+    let tcp = TcpStream::connect(server.addr()).await.expect("connects");
+    let name = ServerName::try_from("localhost").expect("a name");
+    let mut tls = TlsConnector::from(certs.client_config())
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake");
+
+    // Given a preface, SETTINGS and five PINGs at once...
+    let mut opening = PREFACE.to_vec();
+    opening.extend(encode_frame(kind::SETTINGS, 0, 0, &[]));
+    for i in 0..5u8 {
+        opening.extend(encode_frame(kind::PING, 0, 0, &[i; 8]));
+    }
+    tls.write_all(&opening).await.expect("sent");
+
+    // ...then the plaintext the server sends back holds the GOAWAY.
+    let mut frames = FrameTracker::server_to_client().keeping(kind::GOAWAY, 264);
+    let mut goaway = None;
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + BOUND;
+    loop {
+        match tokio::time::timeout_at(deadline, tls.read(&mut buf)).await {
+            Err(_) => panic!("still open after {BOUND:?}, GOAWAY {goaway:?}"),
+            Ok(Ok(0) | Err(_)) => break,
+            Ok(Ok(n)) => frames.feed(&buf[..n], |frame| {
+                if frame.header.kind == kind::GOAWAY {
+                    goaway = GoAway::parse(frame.kept);
+                }
+            }),
+        }
+    }
+    let goaway = goaway.expect("a GOAWAY before the end");
+    assert!(goaway.is_too_many_pings(), "{goaway:?}");
+}
