@@ -13,6 +13,7 @@ FOOTGUN_FACTOR=${FOOTGUN_FACTOR:-1.8}     # footgun median_call_s > pooled media
 P99_CEILING_MS=${P99_CEILING_MS:-1500}    # ghz GetQuote p99 latency < this (ms)
 RPS_FLOOR=${RPS_FLOOR:-20}                # ghz GetQuote throughput > this (calls/s)
 GZIP_MAX_PERCENT=${GZIP_MAX_PERCENT:-5}   # gzip wire bytes ≤ this % of identity
+GZIP_RANDOM_MIN_PERCENT=${GZIP_RANDOM_MIN_PERCENT:-70} # on the random catalog, gzip wire bytes >= this % of identity: 93 printable characters carry log2(93) = 6.5 bits in 8, so gzip's Huffman codes stay near 82 %
 DEAD_PEER_MAX_S=${DEAD_PEER_MAX_S:-10}    # keepalive finds the dead peer within this (s); it needs 1 s + 1 s
 TIMING_ATTEMPTS=${TIMING_ATTEMPTS:-3}     # tries for timing checks (4, 9); each failure is printed
 # Rows 10: each lever on an emulated link (clients/src/link.rs, in the client's
@@ -83,7 +84,7 @@ Modes:
 
 Overrides (environment):
   Bounds     FOOTGUN_FACTOR=$FOOTGUN_FACTOR P99_CEILING_MS=$P99_CEILING_MS RPS_FLOOR=$RPS_FLOOR
-             GZIP_MAX_PERCENT=$GZIP_MAX_PERCENT TIMING_ATTEMPTS=$TIMING_ATTEMPTS
+             GZIP_MAX_PERCENT=$GZIP_MAX_PERCENT GZIP_RANDOM_MIN_PERCENT=$GZIP_RANDOM_MIN_PERCENT TIMING_ATTEMPTS=$TIMING_ATTEMPTS
   On a link  LINK=$LINK FOOTGUN_MIN_RTTS=$FOOTGUN_MIN_RTTS POOLED_MAX_RTTS=$POOLED_MAX_RTTS
              GZIP_LINK_MAX_FRACTION=$GZIP_LINK_MAX_FRACTION NAT_IDLE_SECS=$NAT_IDLE_SECS NAT_ABANDON_SECS=$NAT_ABANDON_SECS
   Over TLS   TLS_FOOTGUN_MIN_RTTS=$TLS_FOOTGUN_MIN_RTTS TLS_POOLED_MAX_RTTS=$TLS_POOLED_MAX_RTTS TLS_PLAINTEXT_MAX_S=$TLS_PLAINTEXT_MAX_S
@@ -115,7 +116,6 @@ done
 cd "$(dirname "$0")"
 scratch=$(mktemp -d)
 server_pid=
-quiet_pid=
 tls_pid=
 compose_up=no
 read -r -a compose <<<"$COMPOSE"
@@ -161,8 +161,7 @@ server_log() { # the tail of the server's log, for evidence
 
 cleanup() {
   local rc=$?
-  if [[ -n $quiet_pid ]]; then kill -TERM "$quiet_pid" 2>/dev/null || true; fi
-  if [[ -n $tls_pid ]]; then kill -TERM "$tls_pid" 2>/dev/null || true; fi
+  for pid in "${extra_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
     kill -TERM "$server_pid" 2>/dev/null || true
     # The server drains for up to 10 s; do not wait longer than that and a bit.
@@ -230,13 +229,14 @@ ghz_() {
     bounded "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T ghz "$@"
   fi
 }
-client_() { # client_ BIN ARGS...
-  local bin=$1
-  shift
+client_() { client_at "$target" "$@"; } # client_ BIN ARGS...: against the server
+client_at() { # client_at TARGET BIN ARGS...
+  local to=$1 bin=$2
+  shift 2
   if [[ $mode == local ]]; then
-    bounded "$TOOL_TIMEOUT_S" "$bin_dir/$bin" --target "$target" "$@"
+    bounded "$TOOL_TIMEOUT_S" "$bin_dir/$bin" --target "$to" "$@"
   else
-    bounded "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T clients "$bin" --target "$target" "$@"
+    bounded "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T clients "$bin" --target "$to" "$@"
   fi
 }
 
@@ -308,6 +308,58 @@ field() { jq -r "$2" "$scratch/$1.out" 2>/dev/null || true; }
 summary=()
 note() { summary+=("$(layout 36 "$1" "$2")"); }
 
+# launch_local NAME ARGS...: `routing-server --listen 127.0.0.1:0 ARGS` in
+# the background, logging to $scratch/NAME.log. Port 0: the kernel picks a
+# free port, which the server logs; it is left in $launched_addr (empty if
+# the server died first), the PID in $launched_pid.
+launched_pid=
+launched_addr=
+launch_local() {
+  local name=$1
+  shift
+  launched_addr=
+  RUST_LOG=info "$bin_dir/routing-server" --listen 127.0.0.1:0 "$@" >"$scratch/$name.out" 2>"$scratch/$name.log" &
+  launched_pid=$!
+  for _ in $(seq 100); do
+    launched_addr=$(grep -o 'local_addr=127\.0\.0\.1:[0-9]*' "$scratch/$name.log" | head -n 1 | cut -d= -f2 || true)
+    [[ -n $launched_addr ]] && break
+    kill -0 "$launched_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+}
+
+# start_extra NAME SERVICE ROW ARGS...: a second routing-server for one row,
+# polled until it reports SERVING (ROW fails otherwise); its address is left
+# in $extra_target. --local starts `routing-server --listen 127.0.0.1:0 ARGS`
+# (stopped by cleanup); compose starts SERVICE, which compose.yaml gives the
+# same settings as environment variables.
+extra_pids=()
+extra_target=
+start_extra() {
+  local name=$1 service=$2 row=$3 status='' deadline
+  shift 3
+  extra_target=
+  if [[ $mode == local ]]; then
+    launch_local "$name" "$@"
+    extra_pids+=("$launched_pid")
+    extra_target=$launched_addr
+    [[ -n $extra_target ]] || { tail -n 20 "$scratch/$name.log" >&2; die "the $name routing-server did not start"; }
+  else
+    bounded 300 "${compose[@]}" --profile tools up -d --no-build "$service" >"$scratch/${name}_up.log" 2>&1 ||
+      { cat "$scratch/${name}_up.log" >&2; die "'$COMPOSE up $service' failed"; }
+    extra_target=$service:9000
+  fi
+  deadline=$((SECONDS + READY_TIMEOUT_S))
+  while ((SECONDS < deadline)); do
+    capture "${name}_ready" grpcurl_ -plaintext -connect-timeout "$READY_PROBE_S" -max-time "$READY_PROBE_S" \
+      -d '{}' "$extra_target" grpc.health.v1.Health/Check
+    status=$(field "${name}_ready" .status)
+    [[ $status == SERVING ]] && return
+    sleep 1
+  done
+  fail "$row" "${status:-no answer}" "SERVING" "${name}_ready"
+}
+
 # ─── Bring the stack up ──────────────────────────────────────────────────────
 if [[ $mode == local ]]; then
   if [[ $build == yes ]]; then
@@ -325,16 +377,10 @@ if [[ $mode == local ]]; then
       die "$bin_dir/$bin is missing after cargo build"
     fi
   done
-  # Port 0: the kernel picks a free port, which the server logs.
-  RUST_LOG=info "$bin_dir/routing-server" --listen 127.0.0.1:0 >"$scratch/server.out" 2>"$scratch/server.log" &
-  server_pid=$!
-  for _ in $(seq 100); do
-    target=$(grep -o 'local_addr=127\.0\.0\.1:[0-9]*' "$scratch/server.log" | head -n 1 | cut -d= -f2 || true)
-    [[ -n $target ]] && break
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -n ${target:-} ]] || { server_log >&2; die "routing-server did not start"; }
+  launch_local server
+  server_pid=$launched_pid
+  target=$launched_addr
+  [[ -n $target ]] || { server_log >&2; die "routing-server did not start"; }
   proto_dir=contracts/proto
 else
   export ROUTING_PORT
@@ -471,6 +517,20 @@ note "identity wire bytes (25 routes)" "$identity"
 note "gzip wire bytes (25 routes)" "$zipped ($percent%)"
 note "gzip break-even link speed" "$(field gzip 'if .gzip_not_slower then "none: the gzip fetch was not slower" else "\(.break_even_bit_s / 1e6 | round) Mbit/s (gzip is faster below it)" end')"
 
+# 7c. The other half of the gzip lesson: bytes that do not shrink. A second
+# server pads its catalog with seeded random printable characters (same sizes,
+# ids and prices); gzip still costs CPU at both ends, and saves almost nothing.
+start_extra random random-server "7c random-filler server reports SERVING" --filler random
+capture gzip_random client_at "$extra_target" gzip-client
+identity_r=$(field gzip_random .identity_wire_bytes)
+zipped_r=$(field gzip_random .gzip_wire_bytes)
+percent_r=$(jqn --argjson i "${identity_r:-1}" --argjson g "${zipped_r:-0}" '$g / $i * 10000 | round / 100')
+check "7c gzip on random bytes vs identity" "${zipped_r:-exit $rc} / ${identity_r:-?} = $percent_r%" ">= $GZIP_RANDOM_MIN_PERCENT%, MATCH" \
+  "$(jq -r --argjson k "$GZIP_RANDOM_MIN_PERCENT" '.result == "MATCH" and .gzip_wire_bytes * 100 >= .identity_wire_bytes * $k' \
+    "$scratch/gzip_random.out" 2>/dev/null || true)" gzip_random
+note "gzip wire bytes, random catalog" "$zipped_r of $identity_r ($percent_r%)"
+note "random catalog: identity / gzip fetch" "$(field gzip_random '"\(.identity_s * 1e6 | round / 1000) ms / \(.gzip_s * 1e6 | round / 1000) ms"')"
+
 # ─── 8. Keepalive ────────────────────────────────────────────────────────────
 # One run, three phases at once, each on its own channel: an idle gap (8a); a
 # dead peer, played by a relay inside the client's own process, so it works in
@@ -562,32 +622,8 @@ note "full catalog on $LINK: identity / gzip" "$identity_s s / $gzip_s s"
 # keep a NAT entry alive, and the chapter's server PINGs every 5 s, so the
 # control without keepalive talks to a second, quiet server (no PINGs of its
 # own); a third channel without keepalive talks to the chapter's server.
-if [[ $mode == local ]]; then
-  RUST_LOG=info "$bin_dir/routing-server" --listen 127.0.0.1:0 --keepalive-secs 3600 \
-    >"$scratch/quiet.out" 2>"$scratch/quiet.log" &
-  quiet_pid=$!
-  for _ in $(seq 100); do
-    quiet_target=$(grep -o 'local_addr=127\.0\.0\.1:[0-9]*' "$scratch/quiet.log" | head -n 1 | cut -d= -f2 || true)
-    [[ -n $quiet_target ]] && break
-    kill -0 "$quiet_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -n ${quiet_target:-} ]] || { tail -n 20 "$scratch/quiet.log" >&2; die "the quiet routing-server did not start"; }
-else
-  bounded 300 "${compose[@]}" --profile tools up -d --no-build quiet-server >"$scratch/quiet_up.log" 2>&1 ||
-    { cat "$scratch/quiet_up.log" >&2; die "'$COMPOSE up quiet-server' failed"; }
-  quiet_target=quiet-server:9000
-fi
-quiet_status=
-deadline=$((SECONDS + READY_TIMEOUT_S))
-while ((SECONDS < deadline)); do
-  capture quiet_ready grpcurl_ -plaintext -connect-timeout "$READY_PROBE_S" -max-time "$READY_PROBE_S" \
-    -d '{}' "$quiet_target" grpc.health.v1.Health/Check
-  quiet_status=$(field quiet_ready .status)
-  [[ $quiet_status == SERVING ]] && break
-  sleep 1
-done
-[[ $quiet_status == SERVING ]] || fail "10d quiet server reports SERVING" "${quiet_status:-no answer}" "SERVING" quiet_ready
+start_extra quiet quiet-server "10d quiet server reports SERVING" --keepalive-secs 3600
+quiet_target=$extra_target
 capture nat client_ keepalive-client --phases nat --link "$LINK" --nat-idle-secs "$NAT_IDLE_SECS" \
   --idle-secs "$IDLE_SECS" --nat-abandon-secs "$NAT_ABANDON_SECS" --quiet-target "$quiet_target"
 got=$(field nat '"\(.nat_keepalive) / \(.nat_no_keepalive) / \(.nat_server_keepalive)"')
@@ -624,19 +660,13 @@ if [[ $mode == local ]]; then
   bounded 60 "$bin_dir/routing-server" dev-cert --out "$scratch/certs" 2>"$scratch/dev_cert.log" ||
     { cat "$scratch/dev_cert.log" >&2; die "routing-server dev-cert failed"; }
   tls_args=(--tls-ca "$scratch/certs/ca.pem")
-  RUST_LOG=info "$bin_dir/routing-server" --listen 127.0.0.1:0 --tls-session-tickets false \
-    --tls-cert "$scratch/certs/server.pem" --tls-key "$scratch/certs/server.key" \
-    >"$scratch/tls.out" 2>"$scratch/tls.log" &
-  tls_pid=$!
-  for _ in $(seq 100); do
-    tls_port=$(grep -o 'local_addr=127\.0\.0\.1:[0-9]*' "$scratch/tls.log" | head -n 1 | cut -d: -f2 || true)
-    [[ -n $tls_port ]] && break
-    kill -0 "$tls_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -n ${tls_port:-} ]] || { tail -n 20 "$scratch/tls.log" >&2; die "the TLS routing-server did not start"; }
+  launch_local tls --tls-session-tickets false \
+    --tls-cert "$scratch/certs/server.pem" --tls-key "$scratch/certs/server.key"
+  tls_pid=$launched_pid
+  extra_pids+=("$tls_pid") # cleanup stops it
+  [[ -n $launched_addr ]] || { tail -n 20 "$scratch/tls.log" >&2; die "the TLS routing-server did not start"; }
   # The certificate names localhost and 127.0.0.1; clients check the name.
-  tls_target=localhost:$tls_port
+  tls_target=localhost:${launched_addr##*:}
   tls_status=
   deadline=$((SECONDS + READY_TIMEOUT_S))
   while ((SECONDS < deadline)); do
@@ -672,11 +702,7 @@ if [[ $mode == local ]]; then
     "$([[ $rc != 0 && $told -ge 1 && $took -lt $TLS_PLAINTEXT_MAX_S ]] && echo true)" tls_plaintext
 
   # 12e/f. Lever 1 over TLS on the link: the footgun pays TCP and TLS.
-  tls_client() { # tls_client BIN ARGS...
-    local bin=$1
-    shift
-    bounded "$TOOL_TIMEOUT_S" "$bin_dir/$bin" --target "$tls_target" "${tls_args[@]}" "$@"
-  }
+  tls_client() { client_at "$tls_target" "$1" "${tls_args[@]}" "${@:2}"; } # tls_client BIN ARGS...
   for try in $(seq "$TIMING_ATTEMPTS"); do
     capture tls_footgun_link tls_client footgun-client --calls "$LINK_CALLS" --link "$LINK"
     capture tls_pooled_link tls_client pooled-client --calls "$LINK_CALLS" --link "$LINK"

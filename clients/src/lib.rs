@@ -1,4 +1,4 @@
-//! The small library the five client binaries share.
+//! The small library the six client binaries share.
 //!
 //! Each binary is this baseline plus one lesson, so `diff` between two of
 //! them shows the lesson and nothing else:
@@ -10,6 +10,7 @@
 //! | `gzip-client`      | gzip on a 5 MB response, with a 16 MiB cap                |
 //! | `keepalive-client` | HTTP/2 keepalive: idle gaps, a dead peer, the ping floor  |
 //! | `window-client`    | the flow-control window on a long link: 64 KiB vs tuned   |
+//! | `balance-client`   | behind a load balancer: L4 pins, L7 and a connection age spread |
 //!
 //! # Layout
 //! - [`target`]: parsing `host:port` or `http://host:port`.

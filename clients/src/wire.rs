@@ -65,6 +65,8 @@ struct Counters {
     bytes_written: AtomicU64,
     pings_sent: AtomicU64,
     pings_received: AtomicU64,
+    /// GOAWAY frames received, on every connection (a graceful close sends two).
+    goaways_received: AtomicU64,
     /// The first GOAWAY any connection received; waiters subscribe to it.
     goaway: watch::Sender<Option<GoAwayReceived>>,
     windows: SharedWindows,
@@ -78,6 +80,7 @@ impl Default for Counters {
             bytes_written: AtomicU64::default(),
             pings_sent: AtomicU64::default(),
             pings_received: AtomicU64::default(),
+            goaways_received: AtomicU64::default(),
             goaway: watch::Sender::new(None),
             windows: SharedWindows::default(),
         }
@@ -177,6 +180,13 @@ impl CountingConnector {
     /// their SETTINGS and WINDOW_UPDATE frames, and the DATA received.
     pub fn windows(&self) -> WindowsGranted {
         self.counters.windows.snapshot()
+    }
+
+    /// GOAWAY frames received so far, on every connection. A graceful
+    /// close (h2's, grpc-go's) sends two, but a client with no call open
+    /// may close after the first, and then sees one.
+    pub fn goaways_received(&self) -> u64 {
+        self.counters.goaways_received.load(Ordering::Relaxed)
     }
 
     /// The first GOAWAY a connection of this connector received, if any yet.
@@ -426,6 +436,7 @@ impl AsyncRead for CountingStream {
                     counters.pings_received.fetch_add(1, Ordering::Relaxed);
                 }
                 kind::GOAWAY => {
+                    counters.goaways_received.fetch_add(1, Ordering::Relaxed);
                     let Some(frame) = GoAway::parse(frame.kept) else {
                         return;
                     };

@@ -216,7 +216,7 @@ enum Found {
 }
 
 /// A `NETLINK_SOCK_DIAG` socket, with a bound on each answer's wait.
-fn open_diag() -> io::Result<Socket> {
+pub(crate) fn open_diag() -> io::Result<Socket> {
     let diag = Socket::new(
         Domain::from(abi::AF_NETLINK),
         Type::DGRAM,

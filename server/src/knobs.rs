@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use crate::catalog::Filler;
+
 /// Where the server listens unless `--listen` / `ROUTING_LISTEN` says otherwise.
 /// Loopback only: the chapter's commands all use `localhost:9180`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9180";
@@ -313,6 +315,82 @@ pub const COALESCE_MIN_WRITE: usize = 8 * 1024;
 /// compose.yaml allows 15 s before SIGKILL, so the drain can finish.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+// ─── Hardening round three (issue 23) ───────────────────────────────────
+
+/// WINDOW_UPDATEs on open streams and on the connection itself that a
+/// connection may send beyond what the server's DATA calls for: 1,000 (see
+/// [`crate::window_budget`]).
+///
+/// A WINDOW_UPDATE answers DATA the client has read: a receiver sends one
+/// for a stream, and one for the connection, after each few KiB it
+/// consumed. So the updates a client may send grow with the DATA it was
+/// sent: one per [`DATA_BYTES_PER_WINDOW_UPDATE`] (2 KiB, a stream update
+/// and a connection update for every 4 KiB, the smallest refresh any stack
+/// sends: Go's `inflowMinRefresh`), [`WINDOW_UPDATES_PER_STREAM`] for each
+/// stream the client opens, plus this allowance, a running total as in
+/// Envoy's rule. Without it, four connections that ask for full pages with
+/// a tiny window and then send WINDOW_UPDATEs in a tight loop on their open
+/// streams (each lets the server send a byte, or nothing) had the server
+/// take 80 million of them in 15 s on both cores, and another client's
+/// GetQuote median rose from 1 ms to 93–151 ms (issue 23). The
+/// control-frame budget ([`CONTROL_FRAME_BUDGET`]) does not see them: they
+/// are on open streams.
+///
+/// Past it the connection gets GOAWAY `ENHANCE_YOUR_CALM` with debug data
+/// `too_many_window_updates` and is closed, as for the ping floor. A real
+/// client sends at most two updates per 16 KiB DATA frame (h2 and Netty one
+/// per half window, grpc-go per quarter, Go's net/http2 per 4 KiB read at
+/// the most), so a download earns 8 per frame and spends 2 at most; 1,000
+/// covers the handshake's updates and a BDP estimator's window raises many
+/// times over. `--window-update-budget 0` turns the guard off.
+pub const WINDOW_UPDATE_BUDGET: u32 = 1000;
+
+/// DATA payload bytes the server sends for each WINDOW_UPDATE a client may
+/// answer with: 2 KiB (see [`WINDOW_UPDATE_BUDGET`]). Bytes, not frames: a
+/// client with a 1-byte window makes the server send 1-byte DATA frames,
+/// one per update, which earn it nothing. Fixed on purpose: it describes
+/// clients, it is not a tuning knob.
+pub const DATA_BYTES_PER_WINDOW_UPDATE: u64 = 2 * 1024;
+
+/// WINDOW_UPDATEs each stream a client opens may add: 4. A client that
+/// reads many small answers (GetQuote's are about 100 bytes, far less than
+/// 2 KiB) may still send a connection update with each new request, as
+/// grpc-core does when it writes anyway; 4 is twice a stream and a
+/// connection update for each. Fixed on purpose, like
+/// [`CONTROL_FRAMES_PER_STREAM`].
+pub const WINDOW_UPDATES_PER_STREAM: u64 = 4;
+
+/// How long a connection closed from outside (send deadline, a full
+/// response budget's eviction) may take to write its GOAWAY: 1 s.
+///
+/// The GOAWAY (`ENHANCE_YOUR_CALM`, debug data `send_deadline` or
+/// `stalled_holder`) waits for a frame boundary, as every GOAWAY of this
+/// server does, and tells the client why its calls ended and which
+/// streams were never served. A reader stalled at the HTTP/2 level takes
+/// it at once; one stalled at the TCP level takes nothing, so after this
+/// the connection is closed without it, as before, and its memory freed.
+pub const GOAWAY_WRITE_GRACE: Duration = Duration::from_secs(1);
+
+/// Connections the kernel may complete and queue before the server accepts
+/// them (the listen backlog): by default the kernel's own bound,
+/// `net.core.somaxconn` (see [`crate::listen`]).
+///
+/// When the queue is full the kernel drops the next SYN, and that client's
+/// connect takes a retransmission: a second or more. With std's 128, a
+/// storm of 32 clients reconnecting at once (a load balancer restarting, a
+/// fleet redeploying) made 1–11 % of connects take a second or more
+/// (issue 23); Go listens with `somaxconn` (4,096 on Linux since 5.4) and
+/// its clients saw almost none. The kernel caps any value at `somaxconn`.
+/// The memory is the kernel's, per queued connection, only while it waits.
+pub const LISTEN_BACKLOG: Option<u32> = None;
+
+/// The backlog when `somaxconn` cannot be read (not Linux, or no `/proc`):
+/// 4,096, Linux's default since 5.4.
+pub const LISTEN_BACKLOG_FALLBACK: u32 = 4096;
+
+/// Where Linux says its `somaxconn`.
+pub const SOMAXCONN_PATH: &str = "/proc/sys/net/core/somaxconn";
+
 // ─── TLS (server/src/tls.rs) ────────────────────────────────────────────
 
 /// TLS handshakes the server computes at once, over every worker: 16.
@@ -347,6 +425,46 @@ pub const TLS_HANDSHAKES_IN_FLIGHT: usize = 16;
 /// does its key exchange, and is sent new tickets): it is the client that
 /// saves, the certificate check (docs/tls.md). Off, every handshake is full.
 pub const TLS_SESSION_TICKETS: bool = true;
+
+// ─── Connection lifetime and the replica's name (issue 21, see lifetime.rs) ───
+
+/// Maximum connection age: off by default, as in grpc-go
+/// (`MaxConnectionAge` is infinity unless set).
+///
+/// When set (`--max-connection-age-secs N`), a connection gets a graceful
+/// GOAWAY after N seconds ±10 %, and its client reconnects: behind an L4
+/// load balancer that is what spreads a long-lived channel's calls over
+/// replicas added after it connected (README, "Behind a load balancer").
+/// Off because a server alone, or behind an L7 balancer that spreads calls
+/// itself, gains nothing from it and every client pays a reconnect (a TCP
+/// and HTTP/2 handshake, a round trip or two) per age. What to set it to
+/// depends on how fast replicas come and go in a deployment, not on
+/// anything this server can measure; grpc-go users commonly pick minutes
+/// (e.g. 30 s to 5 min). Unit: seconds, at least 1.
+pub const MAX_CONNECTION_AGE: Option<Duration> = None;
+
+/// After the age's GOAWAY, calls in flight may take this long to finish
+/// before the connection is closed under them: unset, as long as they take
+/// (grpc-go's default is infinity too). Set it whenever the age is set and
+/// calls can be long (a stream that never ends would otherwise keep the
+/// connection, and its replica, forever). Unit: seconds; 0 closes the
+/// connection as soon as the GOAWAY is out.
+pub const MAX_CONNECTION_AGE_GRACE: Option<Duration> = None;
+
+/// Maximum idle time: off by default, as in grpc-go (`MaxConnectionIdle`).
+/// When set, a connection that has had no stream open for this long gets a
+/// graceful GOAWAY and closes, giving back what an idle connection holds
+/// (the per-connection h2 state `docs/hardening.md` lists). Off because
+/// the chapter's own lesson keeps idle channels warm on purpose (5 s
+/// keepalive); a client that is sent away reconnects on its next call and
+/// pays a handshake for it. Unit: seconds, at least 1.
+pub const MAX_CONNECTION_IDLE: Option<Duration> = None;
+
+/// The age is moved by up to ±10 % per connection, as grpc-go's
+/// `getJitter`: connections opened together (after a deploy, or after the
+/// balancer restarted) do not all reconnect at the same moment. Fixed: it
+/// is what gRFC A9 specifies, not a tuning knob.
+pub const MAX_CONNECTION_AGE_JITTER: f64 = 0.1;
 
 /// The server's settings: the knobs above, each overridable by a flag or an
 /// environment variable so readers can experiment without recompiling.
@@ -457,6 +575,24 @@ pub struct Config {
     #[arg(long, env = "ROUTING_NO_GZIP")]
     pub no_gzip: bool,
 
+    /// What the catalog's padding is made of: `repeated` (`X`s, which gzip
+    /// shrinks to 0.14 %) or `random` (seeded printable characters that
+    /// barely shrink). Same sizes, ids and prices either way.
+    #[arg(long, env = "ROUTING_FILLER", value_enum, default_value_t = Filler::Repeated)]
+    pub filler: Filler,
+
+    // Hardening round three (issue 23)
+    /// WINDOW_UPDATEs on open streams and the connection a connection may send
+    /// beyond one per 2 KiB of DATA sent to it and 4 per stream it opens; past
+    /// it, GOAWAY too_many_window_updates (0 turns the guard off).
+    #[arg(long, env = "ROUTING_WINDOW_UPDATE_BUDGET", default_value_t = WINDOW_UPDATE_BUDGET)]
+    pub window_update_budget: u32,
+
+    /// Connections the kernel may queue before they are accepted (listen backlog)
+    /// [default: the kernel's net.core.somaxconn, or 4096 if it cannot be read].
+    #[arg(long, env = "ROUTING_LISTEN_BACKLOG", value_parser = clap::value_parser!(u32).range(1..))]
+    pub listen_backlog: Option<u32>,
+
     // ─── TLS (server/src/tls.rs) ─────────────────────────────────────────
     /// Serve TLS with this certificate chain (PEM, the server's certificate
     /// first); needs --tls-key. Without both, the server speaks plaintext.
@@ -486,6 +622,27 @@ pub struct Config {
     #[arg(long, env = "ROUTING_TLS_SESSION_TICKETS", default_value_t = TLS_SESSION_TICKETS,
           action = clap::ArgAction::Set)]
     pub tls_session_tickets: bool,
+
+    // ─── Connection lifetime and the replica's name (issue 21, lifetime.rs) ───
+    /// Seconds after which a connection gets a graceful GOAWAY (±10 % jitter), so
+    /// its client reconnects and a load balancer picks again [default: never].
+    #[arg(long, env = "ROUTING_MAX_CONNECTION_AGE_SECS", value_parser = at_least_one_second)]
+    pub max_connection_age_secs: Option<u64>,
+
+    /// Seconds calls in flight may take to finish after the age's GOAWAY before the
+    /// connection is closed [default: as long as they take].
+    #[arg(long, env = "ROUTING_MAX_CONNECTION_AGE_GRACE_SECS")]
+    pub max_connection_age_grace_secs: Option<u64>,
+
+    /// Seconds a connection may have no call open before it gets a graceful GOAWAY
+    /// [default: never].
+    #[arg(long, env = "ROUTING_MAX_CONNECTION_IDLE_SECS", value_parser = at_least_one_second)]
+    pub max_connection_idle_secs: Option<u64>,
+
+    /// Name of this replica, sent as the `routing-replica` header on every response
+    /// (visible ASCII, at most 64 characters) [default: no header].
+    #[arg(long, env = "ROUTING_REPLICA", value_parser = replica_name)]
+    pub replica: Option<String>,
 }
 
 /// Parses a number of seconds that must be at least 1, with a message that
@@ -534,6 +691,19 @@ fn at_least_one(text: &str, unit: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(_) => Err(format!("{text:?} is not a whole number of {unit}s")),
     }
+}
+
+/// Parses a replica name: 1 to 64 visible ASCII characters, so it is a valid
+/// header value and short enough to count by.
+fn replica_name(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    let visible = name.bytes().all(|b| b.is_ascii_graphic());
+    if name.is_empty() || name.len() > 64 || !visible {
+        return Err(format!(
+            "{text:?}: a replica name is 1 to 64 visible ASCII characters, e.g. replica-a"
+        ));
+    }
+    Ok(name.to_owned())
 }
 
 fn secs(n: u64) -> Duration {
@@ -590,6 +760,26 @@ impl Config {
     pub fn drain_timeout(&self) -> Duration {
         secs(self.drain_secs)
     }
+
+    /// `None` when the guard is switched off (`--window-update-budget 0`).
+    pub fn window_update_budget(&self) -> Option<u32> {
+        (self.window_update_budget > 0).then_some(self.window_update_budget)
+    }
+
+    /// `None`: connections have no maximum age.
+    pub fn max_connection_age(&self) -> Option<Duration> {
+        self.max_connection_age_secs.map(secs)
+    }
+
+    /// `None`: calls in flight after the age's GOAWAY take as long as they take.
+    pub fn max_connection_age_grace(&self) -> Option<Duration> {
+        self.max_connection_age_grace_secs.map(secs)
+    }
+
+    /// `None`: idle connections are never sent away.
+    pub fn max_connection_idle(&self) -> Option<Duration> {
+        self.max_connection_idle_secs.map(secs)
+    }
 }
 
 impl Default for Config {
@@ -620,10 +810,20 @@ impl Default for Config {
             worker_threads: WORKER_THREADS,
             drain_secs: DRAIN_TIMEOUT.as_secs(),
             no_gzip: false,
+            filler: Filler::Repeated,
+            // Hardening round three (issue 23)
+            window_update_budget: WINDOW_UPDATE_BUDGET,
+            listen_backlog: LISTEN_BACKLOG,
+            // TLS (tls.rs)
             tls_cert: None,
             tls_key: None,
             tls_handshakes_in_flight: TLS_HANDSHAKES_IN_FLIGHT,
             tls_session_tickets: TLS_SESSION_TICKETS,
+            // Connection lifetime and the replica's name (lifetime.rs)
+            max_connection_age_secs: MAX_CONNECTION_AGE.map(|d| d.as_secs()),
+            max_connection_age_grace_secs: MAX_CONNECTION_AGE_GRACE.map(|d| d.as_secs()),
+            max_connection_idle_secs: MAX_CONNECTION_IDLE.map(|d| d.as_secs()),
+            replica: None,
         }
     }
 }
@@ -645,6 +845,16 @@ mod tests {
             Err("must be at least 1 thread".into())
         );
         assert_eq!(at_least_one_thread("4"), Ok(4));
+    }
+
+    /// A replica name must be a header value worth counting by.
+    #[test]
+    fn replica_names_are_short_visible_ascii() {
+        assert_eq!(replica_name(" replica-a "), Ok("replica-a".into()));
+        for bad in ["", "two words", "é", &"x".repeat(65)] {
+            let err = replica_name(bad).expect_err(bad);
+            assert!(err.contains("1 to 64 visible ASCII"), "{bad}: {err}");
+        }
     }
 
     /// `--listen` takes what `--target` takes: an address, or a host name

@@ -140,6 +140,6 @@ fn dev_cert(out: &std::path::Path) -> Result<(), routing_server::server::Error> 
 async fn serve(config: Config) -> Result<(), routing_server::server::Error> {
     // The TLS files are checked before the port is taken (and again by run).
     routing_server::tls::ServerTls::from_config(&config)?;
-    let listener = routing_server::server::bind(config.listen).await?;
+    let listener = routing_server::server::bind_with_backlog(config.listen, &config)?;
     routing_server::run(listener, config, shutdown::signal()).await
 }

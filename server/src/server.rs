@@ -14,7 +14,6 @@ use std::{
 use hyper::{body::Incoming, server::conn::http2};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::graceful::{GracefulShutdown, Watcher},
     service::TowerToHyperService,
 };
 use routing_contracts::routing::routing_service_server::RoutingServiceServer;
@@ -31,6 +30,8 @@ use crate::{
     connection::{self, Accepted, ConnectionInfo, ConnectionPolicy},
     edge::{EdgeConfig, EdgeLayer},
     knobs::Config,
+    lifetime::{self, Drain, DrainWatcher, Lifetime},
+    listen,
     service::{RoutingApi, RoutingServer},
     tls::ServerTls,
     workers::{self, Workers},
@@ -52,7 +53,11 @@ fn routing_api(config: &Config) -> RoutingApi {
         config.response_share_bytes(),
         Some(config.stalled_holder_after()),
     );
-    RoutingApi::new(Catalog::new(), response_budget, config.send_deadline())
+    RoutingApi::new(
+        Catalog::with_filler(config.filler),
+        response_budget,
+        config.send_deadline(),
+    )
 }
 
 /// The routing service around `api`, which may be shared: a clone shares its
@@ -152,12 +157,15 @@ pub async fn run(
             tcp_user_timeout: Some(config.keepalive_timeout()),
             tcp_notsent_lowat: config.tcp_notsent_lowat(),
             control_frame_budget: config.control_frame_budget(),
+            window_update_budget: config.window_update_budget(),
         },
     );
-    let connections = GracefulShutdown::new();
+    let connections = Drain::new();
+    let lifetime = Arc::new(Lifetime::from_config(&config));
     let mut serve = Vec::with_capacity(workers);
     for _ in 0..workers {
         let (service, http2, tls) = (worker_service()?, http2.clone(), tls.clone());
+        let lifetime = Arc::clone(&lifetime);
         serve.push(move |(accepted, watcher)| {
             serve_connection(
                 accepted,
@@ -165,6 +173,7 @@ pub async fn run(
                 service.clone(),
                 http2.clone(),
                 tls.clone(),
+                Arc::clone(&lifetime),
             )
         });
     }
@@ -210,16 +219,17 @@ pub async fn run(
 /// the drain closes it.
 async fn serve_connection<S>(
     accepted: Accepted,
-    watcher: Watcher,
+    watcher: DrainWatcher,
     service: S,
     http2: http2::Builder<TokioExecutor>,
     tls: Option<ServerTls>,
+    lifetime: Arc<Lifetime>,
 ) where
     S: Service<http::Request<Incoming>, Response = http::Response<Body>, Error = Infallible>
         + Clone
         + Send
         + 'static,
-    S::Future: Send + 'static,
+    S::Future: Send + Unpin + 'static,
 {
     let peer = accepted.peer();
     let connection = match accepted.serve(tls.as_ref()).await {
@@ -237,8 +247,10 @@ async fn serve_connection<S>(
     // captured by an async block and then awaited is stored twice, which
     // cost 1.4 KiB per connection (measured with massif).
     let io = TokioIo::new(connection);
+    // Connection age and idleness, and the replica header (lifetime.rs).
+    let (per_call, activity) = lifetime.track(per_call);
     let serving = http2.serve_connection(io, TowerToHyperService::new(per_call));
-    if let Err(e) = watcher.watch(serving).await {
+    if let Err(e) = lifetime::serve(serving, watcher, &lifetime, activity).await {
         tracing::debug!("connection ended with an error: {e}");
     }
 }
@@ -363,17 +375,33 @@ where
     }
 }
 
-/// Binds the listening socket. When the port is taken, the error says how
-/// to choose another.
+/// Binds the listening socket as tokio does (mio asks for std's backlog,
+/// 128), for the stock tonic example. When the port is taken,
+/// the error says how to choose another.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(addr).await.map_err(|e| {
-        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
-            ": another process listens there; choose another address with --listen HOST:PORT or ROUTING_LISTEN"
-        } else {
-            ""
-        };
-        format!("cannot listen on {addr}: {e}{hint}").into()
-    })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| cannot_listen(addr, e))
+}
+
+/// Binds the listening socket with `config`'s listen backlog
+/// ([`crate::listen`]), as `routing-server` does.
+pub fn bind_with_backlog(addr: SocketAddr, config: &Config) -> Result<TcpListener, Error> {
+    let backlog = listen::backlog(config.listen_backlog);
+    listen::bind_std(addr, backlog)
+        .and_then(TcpListener::from_std)
+        .map_err(|e| cannot_listen(addr, e))
+}
+
+/// The error for a socket that cannot listen on `addr`; when the port is
+/// taken, it says how to choose another.
+fn cannot_listen(addr: SocketAddr, e: std::io::Error) -> Error {
+    let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+        ": another process listens there; choose another address with --listen HOST:PORT or ROUTING_LISTEN"
+    } else {
+        ""
+    };
+    format!("cannot listen on {addr}: {e}{hint}").into()
 }
 
 /// A server running in the background on a free loopback port. Integration
@@ -388,7 +416,8 @@ pub struct LocalServer {
 impl LocalServer {
     /// Binds `127.0.0.1:0` (ignoring `config.listen`) and starts serving.
     pub async fn start(config: Config) -> Result<Self, Error> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let listener = bind_with_backlog(loopback, &config)?;
         let addr = listener.local_addr()?;
         let (shutdown, stop) = oneshot::channel::<()>();
         let task = tokio::spawn(run(listener, config, async {

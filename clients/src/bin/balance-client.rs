@@ -1,0 +1,476 @@
+//! `balance-client`: where one reused channel meets a load balancer. The
+//! same baseline as the other clients, through HAProxy (`lb/haproxy.cfg`)
+//! or straight to three replicas, in phases:
+//!
+//! - `l4_pooled`: one channel through an L4 (`mode tcp`) balancer. One
+//!   connection, so one replica, serves every call.
+//! - `l4_footgun`: a channel per call through L4. The calls spread, and each
+//!   pays a handshake: the median call is reported.
+//! - `l7_pooled`: one channel through an L7 (`mode http`, h2) balancer,
+//!   which balances each call. The calls spread.
+//! - `client_side`: tonic's own balancer (`Channel::balance_list`) over the
+//!   replicas' addresses, no proxy. The calls spread.
+//! - `l4_aged`: one channel through L4 to replicas that send GOAWAY at an
+//!   age (`routing-server --max-connection-age-secs 3`), calling for
+//!   `--aged-secs`. The channel reconnects at each GOAWAY and the balancer
+//!   picks the next replica: every replica serves calls, none fails.
+//! - `l4_idle`, `l7_idle`: the keepalive experiment through balancers with
+//!   short idle timeouts (6 s in `lb/haproxy.cfg`): a call, an idle gap
+//!   (`--idle-gap-secs`, 8), a call, on a channel with the chapter's 5 s
+//!   keepalive and on one without. Both phases run at the same time.
+//!
+//! Each phase reports the calls each replica served (read from the
+//! `routing-replica` response header, `routing-server --replica NAME`), the
+//! calls that failed and the connections opened (counted on the wire;
+//! `client_side` dials with tonic's own connector, which cannot be counted,
+//! so it reports none). The client starts no server and no balancer: it
+//! takes their addresses as flags.
+//!
+//! Run with (verify.sh --local starts the replicas and HAProxy):
+//!
+//! ```console
+//! $ balance-client --phases l4_pooled,l7_pooled --target 127.0.0.1:9280 --l7 127.0.0.1:9281
+//! {"client":"balance","phases":{"l4_pooled":{"calls":300,"failed":0,"connections":1,"per_replica":{"a":300},"top_share":1.0,"min_share":0.0,...},"l7_pooled":{...}}}
+//! ```
+//!
+//! `--target` is the L4 frontend. Exit 2 when a phase lacks its address,
+//! 1 when nothing can be reached; failed calls are counted, not fatal.
+
+use std::{
+    collections::BTreeMap,
+    process::ExitCode,
+    time::{Duration, Instant},
+};
+
+use clap::{CommandFactory, Parser, error::ErrorKind};
+use routing_clients::{
+    Baseline, CallTimer, CountingConnector, Error, finish, init_tracing, sample_quote_request,
+    seconds, target::Target,
+};
+use routing_contracts::routing::routing_service_client::RoutingServiceClient;
+use serde::Serialize;
+use tonic::transport::{Channel, Endpoint};
+
+/// The header that names the replica behind each answer.
+const REPLICA_HEADER: &str = "routing-replica";
+/// Pause between two calls of the aged phase: 20 ms, about 500 calls in
+/// 10 s, enough to see each connection's replica without loading anything.
+const AGED_PAUSE: Duration = Duration::from_millis(20);
+/// The chapter's client keepalive, as keepalive-client's.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[clap(rename_all = "snake_case")]
+enum Phase {
+    /// One channel through L4 (--target): one replica serves all.
+    L4Pooled,
+    /// A channel per call through L4 (--target): spread, at a handshake each.
+    L4Footgun,
+    /// One channel through L7 (--l7): spread.
+    L7Pooled,
+    /// tonic's balance_list over --replicas: spread, no proxy.
+    ClientSide,
+    /// One channel through L4 to aging replicas (--l4-aged), for --aged-secs.
+    L4Aged,
+    /// Idle gap through L4 with a short timeout (--l4-short).
+    L4Idle,
+    /// Idle gap through L7 with a short timeout (--l7-short).
+    L7Idle,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "Calls per replica behind a load balancer: L4 pins, L7 and client-side spread, a connection age spreads L4"
+)]
+struct Args {
+    /// The L4 frontend (`--target`), and the rest of the baseline.
+    #[command(flatten)]
+    baseline: Baseline,
+    /// Phases to run, comma-separated, in this order.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "l4_pooled,l4_footgun"
+    )]
+    phases: Vec<Phase>,
+    /// The L7 frontend (HAProxy mode http, proto h2).
+    #[arg(long)]
+    l7: Option<Target>,
+    /// The replicas themselves, comma-separated, for client_side.
+    #[arg(long, value_delimiter = ',')]
+    replicas: Vec<Target>,
+    /// The L4 frontend in front of replicas with a connection age.
+    #[arg(long)]
+    l4_aged: Option<Target>,
+    /// The L4 frontend with a short idle timeout.
+    #[arg(long)]
+    l4_short: Option<Target>,
+    /// The L7 frontend with a short idle timeout.
+    #[arg(long)]
+    l7_short: Option<Target>,
+    /// Calls per phase (the aged phase calls for --aged-secs instead).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    calls: u32,
+    /// Replicas the balancer has: shares are computed over this many, so a
+    /// replica that served nothing counts as 0.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
+    expect_replicas: u32,
+    /// Seconds the aged phase calls for.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
+    aged_secs: u64,
+    /// Make l4_pooled call for this many seconds, paced as l4_aged, with a
+    /// timeline, instead of --calls calls (for the figure: pooled vs aged).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pooled_secs: Option<u64>,
+    /// Seconds the idle phases stay idle between their two calls.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(0..=600))]
+    idle_gap_secs: u64,
+}
+
+/// One calling phase's outcome.
+#[derive(Debug, Default, Serialize)]
+struct Spread {
+    calls: u32,
+    failed: u32,
+    /// TCP connections opened, counted on the wire; absent when not countable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connections: Option<u64>,
+    /// Calls each replica answered, by its `routing-replica` name.
+    per_replica: BTreeMap<String, u32>,
+    /// The busiest replica's share of the calls that succeeded.
+    top_share: f64,
+    /// The least busy replica's share, over --expect-replicas.
+    min_share: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    median_call_s: Option<f64>,
+    /// GOAWAY frames received. A graceful close sends two, but a client
+    /// with no call open closes after the first, so it often sees one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    goaways: Option<u64>,
+    /// Connections opened after the first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reconnects: Option<u64>,
+    /// Calls each replica answered in each second of the phase, as
+    /// [second, replica, calls] (timed phases only): the figure's data.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    timeline: Vec<(u64, String, u32)>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_error: Option<String>,
+    total_s: f64,
+}
+
+/// The idle experiment on one channel.
+#[derive(Debug, Serialize)]
+struct IdleGap {
+    /// SURVIVED: the second call succeeded on the first connection;
+    /// RECONNECTED: it succeeded on a new one; FAILED: it failed.
+    result: &'static str,
+    connections: u64,
+    pings_sent: u64,
+    /// PINGs the client received: in L4 the replica's, in L7 none cross HAProxy.
+    pings_received: u64,
+    goaways: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct IdlePhase {
+    gap_s: u64,
+    keepalive: IdleGap,
+    no_keepalive: IdleGap,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum PhaseReport {
+    Spread(Spread),
+    Idle(IdlePhase),
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    client: &'static str,
+    phases: BTreeMap<Phase, PhaseReport>,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    init_tracing();
+    let args = Args::parse();
+    if let Err(message) = check_addresses(&args) {
+        Args::command()
+            .error(ErrorKind::MissingRequiredArgument, message)
+            .exit();
+    }
+    finish(run(args).await)
+}
+
+/// Every phase asked for has its address.
+fn check_addresses(args: &Args) -> Result<(), String> {
+    for phase in &args.phases {
+        let missing = match phase {
+            Phase::L7Pooled => args.l7.is_none().then_some("--l7"),
+            Phase::ClientSide => args.replicas.is_empty().then_some("--replicas"),
+            Phase::L4Aged => args.l4_aged.is_none().then_some("--l4-aged"),
+            Phase::L4Idle => args.l4_short.is_none().then_some("--l4-short"),
+            Phase::L7Idle => args.l7_short.is_none().then_some("--l7-short"),
+            Phase::L4Pooled | Phase::L4Footgun => None,
+        };
+        if let Some(flag) = missing {
+            return Err(format!("phase {phase:?} needs {flag} ADDRESS"));
+        }
+    }
+    Ok(())
+}
+
+async fn run(args: Args) -> Result<Report, Error> {
+    let mut phases = BTreeMap::new();
+    for &phase in &args.phases {
+        let report = match phase {
+            Phase::L4Pooled => {
+                let endpoint = args.baseline.endpoint()?;
+                let calling = args.pooled_secs.map(Duration::from_secs);
+                PhaseReport::Spread(pooled(&args, &endpoint, calling).await?)
+            }
+            Phase::L4Footgun => PhaseReport::Spread(footgun(&args).await?),
+            Phase::L7Pooled => {
+                let endpoint = endpoint_of(&args, args.l7.as_ref())?;
+                PhaseReport::Spread(pooled(&args, &endpoint, None).await?)
+            }
+            Phase::ClientSide => PhaseReport::Spread(client_side(&args).await?),
+            Phase::L4Aged => {
+                let endpoint = endpoint_of(&args, args.l4_aged.as_ref())?;
+                let calling = Duration::from_secs(args.aged_secs);
+                PhaseReport::Spread(pooled(&args, &endpoint, Some(calling)).await?)
+            }
+            // Run together below: each waits out its gap.
+            Phase::L4Idle | Phase::L7Idle => continue,
+        };
+        phases.insert(phase, report);
+    }
+    let wants = |phase| args.phases.contains(&phase);
+    let (l4, l7) = tokio::join!(
+        async {
+            match wants(Phase::L4Idle) {
+                true => Some(idle(&args, args.l4_short.as_ref()).await),
+                false => None,
+            }
+        },
+        async {
+            match wants(Phase::L7Idle) {
+                true => Some(idle(&args, args.l7_short.as_ref()).await),
+                false => None,
+            }
+        }
+    );
+    for (phase, report) in [(Phase::L4Idle, l4), (Phase::L7Idle, l7)] {
+        if let Some(report) = report {
+            phases.insert(phase, PhaseReport::Idle(report?));
+        }
+    }
+    Ok(Report {
+        client: "balance",
+        phases,
+    })
+}
+
+fn endpoint_of(args: &Args, target: Option<&Target>) -> Result<Endpoint, Error> {
+    let target = target.ok_or("address checked in check_addresses")?;
+    args.baseline.endpoint_at(target.uri())
+}
+
+/// Counts the replica behind each call, in order.
+struct Tally {
+    spread: Spread,
+    started: Instant,
+    expect: u32,
+}
+
+impl Tally {
+    fn new(expect: u32) -> Self {
+        Self {
+            spread: Spread::default(),
+            started: Instant::now(),
+            expect,
+        }
+    }
+
+    fn record<T>(&mut self, answer: Result<tonic::Response<T>, tonic::Status>) {
+        let spread = &mut self.spread;
+        spread.calls += 1;
+        let replica = match answer {
+            Ok(response) => response
+                .metadata()
+                .get(REPLICA_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("(no header)")
+                .to_owned(),
+            Err(status) => {
+                spread.failed += 1;
+                spread
+                    .first_error
+                    .get_or_insert_with(|| format!("{:?}: {}", status.code(), status.message()));
+                return;
+            }
+        };
+        *spread.per_replica.entry(replica.clone()).or_default() += 1;
+        let second = self.started.elapsed().as_secs();
+        match spread.timeline.last_mut() {
+            Some((at, last, n)) if *at == second && *last == replica => *n += 1,
+            _ => spread.timeline.push((second, replica, 1)),
+        }
+    }
+
+    fn finish(mut self, keep_timeline: bool) -> Spread {
+        let spread = &mut self.spread;
+        let served: u32 = spread.per_replica.values().sum();
+        let share = |n: u32| {
+            if served == 0 {
+                0.0
+            } else {
+                (f64::from(n) / f64::from(served) * 1000.0).round() / 1000.0
+            }
+        };
+        let top = spread.per_replica.values().copied().max().unwrap_or(0);
+        let seen = u32::try_from(spread.per_replica.len()).unwrap_or(u32::MAX);
+        let least = if seen < self.expect {
+            0
+        } else {
+            spread.per_replica.values().copied().min().unwrap_or(0)
+        };
+        spread.top_share = share(top);
+        spread.min_share = share(least);
+        spread.total_s = seconds(self.started.elapsed());
+        if !keep_timeline {
+            spread.timeline.clear();
+        }
+        self.spread
+    }
+}
+
+/// One channel, reused: `calls` calls, or calls for `calling` with a pause
+/// between them (the aged phase, which also counts GOAWAYs and reconnects).
+async fn pooled(
+    args: &Args,
+    endpoint: &Endpoint,
+    calling: Option<Duration>,
+) -> Result<Spread, Error> {
+    let wire = args.baseline.wire();
+    let channel = args.baseline.connect(endpoint, wire.clone()).await?;
+    let client = RoutingServiceClient::new(channel);
+    let mut tally = Tally::new(args.expect_replicas);
+    let started = Instant::now();
+    loop {
+        let done = match calling {
+            Some(limit) => started.elapsed() >= limit,
+            None => tally.spread.calls >= args.calls,
+        };
+        if done {
+            break;
+        }
+        tally.record(client.clone().get_quote(sample_quote_request()).await);
+        if calling.is_some() {
+            tokio::time::sleep(AGED_PAUSE).await;
+        }
+    }
+    let mut spread = tally.finish(calling.is_some());
+    let connections = wire.snapshot().connections;
+    spread.connections = Some(connections);
+    if calling.is_some() {
+        spread.goaways = Some(wire.goaways_received());
+        spread.reconnects = Some(connections.saturating_sub(1));
+    }
+    Ok(spread)
+}
+
+/// A new channel for every call, through the L4 frontend.
+async fn footgun(args: &Args) -> Result<Spread, Error> {
+    let endpoint = args.baseline.endpoint()?;
+    let wire = args.baseline.wire();
+    let mut tally = Tally::new(args.expect_replicas);
+    let mut timer = CallTimer::start();
+    for _ in 0..args.calls {
+        let call = Instant::now();
+        let channel = args.baseline.connect(&endpoint, wire.clone()).await?;
+        tally.record(
+            RoutingServiceClient::new(channel)
+                .get_quote(sample_quote_request())
+                .await,
+        );
+        timer.record(call);
+    }
+    let mut spread = tally.finish(false);
+    spread.connections = Some(wire.snapshot().connections);
+    spread.median_call_s = Some(timer.finish(Duration::ZERO).median_call_s);
+    Ok(spread)
+}
+
+/// tonic's balancer over the replicas' own addresses.
+async fn client_side(args: &Args) -> Result<Spread, Error> {
+    let endpoints = args
+        .replicas
+        .iter()
+        .map(|target| args.baseline.endpoint_at(target.uri()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let channel = Channel::balance_list(endpoints.into_iter());
+    let client = RoutingServiceClient::new(channel);
+    let mut tally = Tally::new(args.expect_replicas);
+    for _ in 0..args.calls {
+        tally.record(client.clone().get_quote(sample_quote_request()).await);
+    }
+    Ok(tally.finish(false))
+}
+
+/// Both channels of the idle experiment, side by side.
+async fn idle(args: &Args, target: Option<&Target>) -> Result<IdlePhase, Error> {
+    let endpoint = endpoint_of(args, target)?;
+    let gap = Duration::from_secs(args.idle_gap_secs);
+    let with = endpoint
+        .clone()
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true);
+    let (keepalive, no_keepalive) =
+        tokio::join!(idle_gap(args, &with, gap), idle_gap(args, &endpoint, gap));
+    Ok(IdlePhase {
+        gap_s: args.idle_gap_secs,
+        keepalive: keepalive?,
+        no_keepalive: no_keepalive?,
+    })
+}
+
+/// A call, `gap` of silence, a call, on one channel.
+async fn idle_gap(args: &Args, endpoint: &Endpoint, gap: Duration) -> Result<IdleGap, Error> {
+    let wire: CountingConnector = args.baseline.wire();
+    let channel = args.baseline.connect(endpoint, wire.clone()).await?;
+    let client = RoutingServiceClient::new(channel);
+    client
+        .clone()
+        .get_quote(sample_quote_request())
+        .await
+        .map_err(routing_clients::rpc_error("GetQuote before the gap"))?;
+    tokio::time::sleep(gap).await;
+    let second = client.clone().get_quote(sample_quote_request()).await;
+    let seen = wire.snapshot();
+    let (result, error) = match second {
+        Ok(_) if seen.connections == 1 => ("SURVIVED", None),
+        Ok(_) => ("RECONNECTED", None),
+        Err(status) => (
+            "FAILED",
+            Some(format!("{:?}: {}", status.code(), status.message())),
+        ),
+    };
+    Ok(IdleGap {
+        result,
+        connections: seen.connections,
+        pings_sent: seen.pings_sent,
+        pings_received: seen.pings_received,
+        goaways: wire.goaways_received(),
+        error,
+    })
+}

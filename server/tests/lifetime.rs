@@ -1,0 +1,292 @@
+//! Connection age and idleness (`server/src/lifetime.rs`), with small knobs:
+//! what the client sees on the wire, and that no call is lost.
+//!
+//! Run with `cargo test -p routing-server --test lifetime`. The only times
+//! asserted are upper bounds on waits (a test must end), never how long the
+//! server took.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use h2_frames::{FrameTracker, GoAway, encode_frame, flag, kind};
+use prost::Message;
+use routing_clients::{CountingConnector, sample_quote_request};
+use routing_contracts::routing::{
+    ListRoutesRequest, ListRoutesResponse, routing_service_client::RoutingServiceClient,
+};
+use routing_server::{Config, lifetime::REPLICA_HEADER};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+use tonic::transport::Endpoint;
+
+/// GOAWAY's "graceful shutdown" code (RFC 9113 §7).
+const NO_ERROR: u32 = 0;
+
+fn aged(age_secs: u64, grace_secs: u64) -> Config {
+    Config {
+        max_connection_age_secs: Some(age_secs),
+        max_connection_age_grace_secs: Some(grace_secs),
+        replica: Some("replica-t".into()),
+        ..Default::default()
+    }
+}
+
+/// Given a server whose connections age after 1 s (grace 5 s), when one
+/// tonic channel calls GetQuote in a loop for 3.5 s while a 5.0 MB
+/// ListRoutes response sits unread on another connection, then: no GetQuote
+/// fails, the channel received a GOAWAY `NO_ERROR` and opened new
+/// connections for its later calls, every answer names the replica, and the
+/// ListRoutes call, in flight when its connection aged, still completes in
+/// full.
+#[tokio::test]
+async fn calls_cross_the_connection_age_and_none_fails() {
+    let server = support::start_with(aged(1, 5)).await;
+
+    // The call in flight: headers have arrived, the body waits on our window.
+    let mut h2 = support::raw_h2(server.addr()).await;
+    let full = ListRoutesRequest {
+        page_size: 25,
+        ..Default::default()
+    };
+    let request = support::grpc_request(server.addr(), support::LIST_ROUTES, &full, false);
+    let in_flight = h2.send_request(request).await.expect("response headers");
+
+    let wire = CountingConnector::new();
+    let channel = Endpoint::from_shared(server.url())
+        .expect("url")
+        .connect_with_connector_lazy(wire.clone());
+    let client = RoutingServiceClient::new(channel);
+    let (mut calls, mut failed) = (0u32, 0u32);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(3500) {
+        let response = client.clone().get_quote(sample_quote_request()).await;
+        calls += 1;
+        match response {
+            Ok(answer) => assert_eq!(
+                answer.metadata().get(REPLICA_HEADER).map(|v| v.as_bytes()),
+                Some(&b"replica-t"[..])
+            ),
+            Err(status) => {
+                failed += 1;
+                eprintln!("call {calls} failed: {status:?}");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    assert_eq!(failed, 0, "of {calls} calls");
+    let goaway = wire.goaway().expect("the aged connection got a GOAWAY");
+    assert_eq!(goaway.frame.error_code, NO_ERROR);
+    assert!(
+        wire.snapshot().connections >= 2,
+        "new calls went to a new connection: {:?}",
+        wire.snapshot()
+    );
+
+    // The call in flight since before the age finishes within the grace.
+    let reply = support::read_reply(in_flight).await;
+    assert_eq!(reply.grpc_status.as_deref(), Some("0"));
+    let page = ListRoutesResponse::decode(reply.message).expect("complete message");
+    assert_eq!(page.routes.len(), 25);
+    server.shutdown().await.expect("server stops");
+}
+
+/// Given a server whose connections may idle 1 s, when a channel makes one
+/// call and then stays idle, then within 5 s it receives a GOAWAY
+/// `NO_ERROR`, and its next call succeeds on a new connection.
+#[tokio::test]
+async fn an_idle_connection_gets_its_goaway() {
+    let server = support::start_with(Config {
+        max_connection_idle_secs: Some(1),
+        ..Default::default()
+    })
+    .await;
+    let wire = CountingConnector::new();
+    let channel = Endpoint::from_shared(server.url())
+        .expect("url")
+        .connect_with_connector_lazy(wire.clone());
+    let client = RoutingServiceClient::new(channel);
+    client
+        .clone()
+        .get_quote(sample_quote_request())
+        .await
+        .expect("first call");
+
+    let goaway = tokio::time::timeout(Duration::from_secs(5), wire.goaway_received())
+        .await
+        .expect("the idle connection gets a GOAWAY");
+    assert_eq!(goaway.frame.error_code, NO_ERROR);
+
+    client
+        .clone()
+        .get_quote(sample_quote_request())
+        .await
+        .expect("the next call reconnects");
+    assert_eq!(wire.snapshot().connections, 2);
+    server.shutdown().await.expect("server stops");
+}
+
+/// One frame the server sent, as the test keeps it.
+#[derive(Debug, Clone)]
+struct Seen {
+    kind: u8,
+    flags: u8,
+    stream_id: u32,
+    len: u32,
+    kept: Vec<u8>,
+}
+
+/// Reads from `tcp` until `until` accepts the frames seen so far, or the
+/// connection ends (`None`), or 10 s pass (a panic).
+async fn read_frames(
+    tcp: &mut TcpStream,
+    tracker: &mut FrameTracker,
+    seen: &mut Vec<Seen>,
+    until: impl Fn(&[Seen]) -> bool,
+) -> Option<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !until(seen) {
+        let n = tokio::time::timeout_at(deadline, tcp.read(&mut buf))
+            .await
+            .expect("the server answers within 10 s")
+            .expect("read");
+        if n == 0 {
+            return None;
+        }
+        tracker.feed(&buf[..n], |frame| {
+            seen.push(Seen {
+                kind: frame.header.kind,
+                flags: frame.header.flags,
+                stream_id: frame.header.stream_id,
+                len: frame.header.len,
+                kept: frame.kept.to_vec(),
+            });
+        });
+    }
+    Some(())
+}
+
+/// HEADERS and DATA of a GetQuote call on `stream`, HPACK without Huffman
+/// or indexing, so the bytes are plain to read.
+fn get_quote_frames(stream: u32) -> Vec<u8> {
+    fn literal(out: &mut Vec<u8>, text: &str) {
+        out.push(u8::try_from(text.len()).expect("short"));
+        out.extend_from_slice(text.as_bytes());
+    }
+    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
+    block.push(0x04); // :path, literal value
+    literal(&mut block, support::GET_QUOTE);
+    block.push(0x01); // :authority
+    literal(&mut block, "localhost");
+    block.extend_from_slice(&[0x0f, 0x10]); // content-type (static index 31)
+    literal(&mut block, "application/grpc");
+    block.push(0x00); // a new name: te
+    literal(&mut block, "te");
+    literal(&mut block, "trailers");
+    let message = sample_quote_request().encode_to_vec();
+    let mut data = vec![0];
+    data.extend_from_slice(&u32::try_from(message.len()).expect("small").to_be_bytes());
+    data.extend_from_slice(&message);
+    let mut frames = encode_frame(kind::HEADERS, flag::END_HEADERS, stream, &block);
+    frames.extend(encode_frame(kind::DATA, flag::END_STREAM, stream, &data));
+    frames
+}
+
+/// Given a server whose connections age after 1 s, when a client that
+/// speaks raw HTTP/2 waits for the age, then it receives GOAWAY
+/// last-stream-id 2^31-1 `NO_ERROR` and a PING (h2's graceful shutdown).
+/// When it then starts a GetQuote call on stream 1 (as a client does whose
+/// request crossed the first GOAWAY on the wire) and only then acknowledges
+/// the PING, then the final GOAWAY names stream 1 as the last one accepted,
+/// the call is answered in full (a response message and trailers on stream
+/// 1, no reset), and the server closes the connection.
+#[tokio::test]
+async fn a_call_started_between_the_two_goaways_is_served() {
+    let server = support::start_with(aged(1, 5)).await;
+    let mut tcp = TcpStream::connect(server.addr()).await.expect("connect");
+    let mut opening = h2_frames::PREFACE.to_vec();
+    opening.extend(encode_frame(kind::SETTINGS, 0, 0, &[]));
+    tcp.write_all(&opening).await.expect("preface");
+
+    let mut tracker = FrameTracker::server_to_client()
+        .keeping(kind::GOAWAY, 64)
+        .keeping(kind::PING, 8);
+    let mut seen = Vec::new();
+    let goaway_then_ping = |seen: &[Seen]| {
+        seen.iter()
+            .position(|f| f.kind == kind::GOAWAY)
+            .is_some_and(|at| {
+                seen[at..]
+                    .iter()
+                    .any(|f| f.kind == kind::PING && !has(f, flag::ACK))
+            })
+    };
+    // The server's SETTINGS must be acknowledged (the handshake timeout).
+    read_frames(&mut tcp, &mut tracker, &mut seen, |s| {
+        s.iter()
+            .any(|f| f.kind == kind::SETTINGS && !has(f, flag::ACK))
+    })
+    .await
+    .expect("server SETTINGS");
+    tcp.write_all(&encode_frame(kind::SETTINGS, flag::ACK, 0, &[]))
+        .await
+        .expect("settings ack");
+
+    read_frames(&mut tcp, &mut tracker, &mut seen, goaway_then_ping)
+        .await
+        .expect("GOAWAY and PING before the connection ends");
+    let first = seen
+        .iter()
+        .find(|f| f.kind == kind::GOAWAY)
+        .expect("GOAWAY");
+    let first = GoAway::parse(&first.kept).expect("a GOAWAY payload");
+    assert_eq!(first.last_stream_id, 0x7fff_ffff);
+    assert_eq!(first.error_code, NO_ERROR);
+    let ping = seen
+        .iter()
+        .rev()
+        .find(|f| f.kind == kind::PING && !has(f, flag::ACK))
+        .expect("PING")
+        .kept
+        .clone();
+
+    // A call between the two GOAWAYs, then the PING's ACK.
+    let mut late = get_quote_frames(1);
+    late.extend(encode_frame(kind::PING, flag::ACK, 0, &ping));
+    tcp.write_all(&late).await.expect("late call");
+    let before = seen.len();
+    let ended = read_frames(&mut tcp, &mut tracker, &mut seen, |_| false).await;
+    assert!(ended.is_none(), "the server closes the connection");
+
+    let after = &seen[before..];
+    let last = after
+        .iter()
+        .find(|f| f.kind == kind::GOAWAY)
+        .expect("the final GOAWAY");
+    let last = GoAway::parse(&last.kept).expect("a GOAWAY payload");
+    assert_eq!(last.last_stream_id, 1, "stream 1 was accepted");
+    assert_eq!(last.error_code, NO_ERROR);
+    let on_1 = |k| {
+        after
+            .iter()
+            .filter(move |f| f.stream_id == 1 && f.kind == k)
+    };
+    assert!(
+        on_1(kind::DATA).any(|f| f.len > 5),
+        "a response message on stream 1: {after:?}"
+    );
+    assert!(
+        on_1(kind::HEADERS).any(|f| has(f, flag::END_STREAM)),
+        "trailers end stream 1: {after:?}"
+    );
+    assert_eq!(on_1(kind::RST_STREAM).count(), 0, "stream 1 is not reset");
+    server.shutdown().await.expect("server stops");
+}
+
+fn has(frame: &Seen, flag: u8) -> bool {
+    frame.flags & flag == flag
+}
