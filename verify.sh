@@ -28,6 +28,14 @@ NAT_ABANDON_SECS=${NAT_ABANDON_SECS:-3}   # the call after the gap is abandoned 
 # at most W bytes be in flight per round trip, so throughput <= W ÷ RTT.
 WINDOW_FLOOR_MARGIN=${WINDOW_FLOOR_MARGIN:-0.9} # 64 KiB fetch time >= bytes ÷ (65,535 B ÷ RTT) x this
 WINDOW_SPEEDUP=${WINDOW_SPEEDUP:-5}       # tonic-default Mbit/s > 64 KiB Mbit/s x this (ceilings: 2 MiB ÷ 64 KiB = 32x)
+# Rows 12: TLS (server/src/tls.rs, docs/tls.md), --local mode only for now.
+# A new TLS 1.3 connection costs TCP set-up (1 RTT), then the TLS handshake
+# (1 RTT: ClientHello out, the server's flight back), before its call (1 RTT).
+TLS_FOOTGUN_MIN_RTTS=${TLS_FOOTGUN_MIN_RTTS:-2.7} # footgun over TLS median call >= this many RTTs: TCP + TLS 1.3 + the call = 3
+TLS_POOLED_MAX_RTTS=${TLS_POOLED_MAX_RTTS:-1.5}   # pooled over TLS median call <= this many RTTs: the call alone (1 RTT), + 0.5 RTT for CPU
+TLS_PLAINTEXT_MAX_S=${TLS_PLAINTEXT_MAX_S:-5}     # grpcurl -plaintext on the TLS port fails within this (s): one loopback round trip, where a closed connection has grpcurl retry for its whole 10 s
+TLS_CPU_MIN_RATIO=${TLS_CPU_MIN_RATIO:-1.5}       # server CPU per footgun call, full TLS handshakes ÷ plaintext >= this: a key exchange, a signature and the key schedule (~0.25 ms) on top of TCP and HTTP/2 set-up (0.1-0.16 ms); measured x2.4 here (2 workers), x3.4-5.0 with 1 (docs/tls.md)
+TLS_CPU_CALLS=${TLS_CPU_CALLS:-1000}              # footgun calls per CPU sample: ~1 s each, 1000 connections, enough /proc clock ticks (10 ms each)
 
 # ─── Workload ────────────────────────────────────────────────────────────────
 CALLS=${CALLS:-50}                        # GetQuote calls per footgun/pooled run
@@ -79,6 +87,8 @@ Overrides (environment):
              GZIP_MAX_PERCENT=$GZIP_MAX_PERCENT GZIP_RANDOM_MIN_PERCENT=$GZIP_RANDOM_MIN_PERCENT TIMING_ATTEMPTS=$TIMING_ATTEMPTS
   On a link  LINK=$LINK FOOTGUN_MIN_RTTS=$FOOTGUN_MIN_RTTS POOLED_MAX_RTTS=$POOLED_MAX_RTTS
              GZIP_LINK_MAX_FRACTION=$GZIP_LINK_MAX_FRACTION NAT_IDLE_SECS=$NAT_IDLE_SECS NAT_ABANDON_SECS=$NAT_ABANDON_SECS
+  Over TLS   TLS_FOOTGUN_MIN_RTTS=$TLS_FOOTGUN_MIN_RTTS TLS_POOLED_MAX_RTTS=$TLS_POOLED_MAX_RTTS TLS_PLAINTEXT_MAX_S=$TLS_PLAINTEXT_MAX_S
+             TLS_CPU_MIN_RATIO=$TLS_CPU_MIN_RATIO TLS_CPU_CALLS=$TLS_CPU_CALLS (rows 12, --local only)
   Workload   CALLS=$CALLS LINK_CALLS=$LINK_CALLS GHZ_CONCURRENCY=$GHZ_CONCURRENCY GHZ_TOTAL=$GHZ_TOTAL IDLE_SECS=$IDLE_SECS
   Limits     READY_TIMEOUT_S=$READY_TIMEOUT_S READY_PROBE_S=$READY_PROBE_S TOOL_TIMEOUT_S=$TOOL_TIMEOUT_S
              BUILD_TIMEOUT_S=$BUILD_TIMEOUT_S
@@ -106,6 +116,7 @@ done
 cd "$(dirname "$0")"
 scratch=$(mktemp -d)
 server_pid=
+tls_pid=
 compose_up=no
 read -r -a compose <<<"$COMPOSE"
 # Passed as -p too: every compose implementation and version takes the flag,
@@ -639,6 +650,107 @@ note "window tonic default" "$(phase tonic_default)"
 note "window adaptive (BDP)" "$(phase adaptive)"
 note "window adaptive: start -> largest" "$(field window '"\(.adaptive.stream_window) -> \(.adaptive.grown_stream_window) B"')"
 note "64 KiB: 1 channel vs N channels" "$(field window '"\(.one_channel.mbit_s) vs \(.n_channels.mbit_s) Mbit/s (\(.n_channels.channels) channels)"')"
+
+# ─── 12. Over TLS ────────────────────────────────────────────────────────────
+# A second routing-server with --tls-cert/--tls-key (certificates from its own
+# `dev-cert` in the scratch directory), issuing no session tickets, so that
+# every footgun connection pays a full handshake. --local mode only for now:
+# compose has no TLS service yet.
+if [[ $mode == local ]]; then
+  bounded 60 "$bin_dir/routing-server" dev-cert --out "$scratch/certs" 2>"$scratch/dev_cert.log" ||
+    { cat "$scratch/dev_cert.log" >&2; die "routing-server dev-cert failed"; }
+  tls_args=(--tls-ca "$scratch/certs/ca.pem")
+  launch_local tls --tls-session-tickets false \
+    --tls-cert "$scratch/certs/server.pem" --tls-key "$scratch/certs/server.key"
+  tls_pid=$launched_pid
+  extra_pids+=("$tls_pid") # cleanup stops it
+  [[ -n $launched_addr ]] || { tail -n 20 "$scratch/tls.log" >&2; die "the TLS routing-server did not start"; }
+  # The certificate names localhost and 127.0.0.1; clients check the name.
+  tls_target=localhost:${launched_addr##*:}
+  tls_status=
+  deadline=$((SECONDS + READY_TIMEOUT_S))
+  while ((SECONDS < deadline)); do
+    capture tls_ready grpcurl_ -cacert "$scratch/certs/ca.pem" -connect-timeout "$READY_PROBE_S" \
+      -max-time "$READY_PROBE_S" -d '{}' "$tls_target" grpc.health.v1.Health/Check
+    tls_status=$(field tls_ready .status)
+    [[ $tls_status == SERVING ]] && break
+    sleep 1
+  done
+  [[ $tls_status == SERVING ]] || fail "12 TLS server reports SERVING" "${tls_status:-no answer}" "SERVING" tls_ready
+
+  capture tls_list grpcurl_ -cacert "$scratch/certs/ca.pem" "$tls_target" list
+  found=$(grep -cx "$SERVICE" "$scratch/tls_list.out" || true)
+  check "12a TLS: reflection lists RoutingService" "$(wc -l <"$scratch/tls_list.out") services, match=$found" \
+    "lists $SERVICE" "$([[ $rc == 0 && $found == 1 ]] && echo true)" tls_list
+
+  capture tls_quote grpcurl_ -cacert "$scratch/certs/ca.pem" -d "$QUOTE_JSON" "$tls_target" "$SERVICE/GetQuote"
+  got=$(field tls_quote '[.quote.price.amount, .quote.routeId] | join(" ")')
+  check "12b TLS: GetQuote" "${got:-no answer}" "1001.00 NLRTM-SGSIN" \
+    "$([[ $got == "1001.00 NLRTM-SGSIN" ]] && echo true)" tls_quote
+
+  capture tls_catalog grpcurl_ -cacert "$scratch/certs/ca.pem" -max-msg-sz "$RAISED_CAP" -d '{"pageSize":25}' \
+    "$tls_target" "$SERVICE/ListRoutes"
+  got=$(field tls_catalog '.routes | length')
+  check "12c TLS: full catalog, -max-msg-sz" "${got:-exit $rc} routes" "25 routes" \
+    "$([[ $got == 25 ]] && echo true)" tls_catalog
+
+  started=$SECONDS
+  capture tls_plaintext grpcurl_ -plaintext "$tls_target" list
+  took=$((SECONDS - started))
+  told=$(grep -c 'this port speaks TLS' "$scratch/tls_plaintext.err" || true)
+  check "12d grpcurl -plaintext on the TLS port" "exit $rc in ${took}s, told=$told" "fails in < ${TLS_PLAINTEXT_MAX_S}s, says TLS" \
+    "$([[ $rc != 0 && $told -ge 1 && $took -lt $TLS_PLAINTEXT_MAX_S ]] && echo true)" tls_plaintext
+
+  # 12e/f. Lever 1 over TLS on the link: the footgun pays TCP and TLS.
+  tls_client() { client_at "$tls_target" "$1" "${tls_args[@]}" "${@:2}"; } # tls_client BIN ARGS...
+  for try in $(seq "$TIMING_ATTEMPTS"); do
+    capture tls_footgun_link tls_client footgun-client --calls "$LINK_CALLS" --link "$LINK"
+    capture tls_pooled_link tls_client pooled-client --calls "$LINK_CALLS" --link "$LINK"
+    footgun_rtts=$(field tls_footgun_link .median_call_rtts)
+    pooled_rtts=$(field tls_pooled_link .median_call_rtts)
+    reuse_ok=$(jqn --argjson f "${footgun_rtts:-0}" --argjson p "${pooled_rtts:-1e9}" \
+      --argjson fk "$TLS_FOOTGUN_MIN_RTTS" --argjson pk "$TLS_POOLED_MAX_RTTS" '$f >= $fk and $p <= $pk')
+    [[ $reuse_ok == true ]] && break
+    if ((try < TIMING_ATTEMPTS)); then
+      row "12e/f TLS median call in RTTs (try $try)" "footgun ${footgun_rtts:-?}, pooled ${pooled_rtts:-?}" \
+        ">= $TLS_FOOTGUN_MIN_RTTS, <= $TLS_POOLED_MAX_RTTS" "retry"
+    fi
+  done
+  check "12e TLS footgun on $LINK: median call" "${footgun_rtts:-exit $rc} RTT, $(field tls_footgun_link .tls.version)" \
+    ">= $TLS_FOOTGUN_MIN_RTTS RTT" \
+    "$(jqn --argjson f "${footgun_rtts:-0}" --argjson k "$TLS_FOOTGUN_MIN_RTTS" '$f >= $k')" tls_footgun_link
+  check "12f TLS pooled on $LINK: median call" "${pooled_rtts:-exit $rc} RTT" "<= $TLS_POOLED_MAX_RTTS RTT" \
+    "$(jqn --argjson p "${pooled_rtts:-1e9}" --argjson k "$TLS_POOLED_MAX_RTTS" '$p <= $k')" tls_pooled_link
+  note "TLS footgun / pooled on $LINK, median" "${footgun_rtts} / ${pooled_rtts} RTT"
+
+  # 12g. The handshake's price on loopback: the servers' own CPU time, from
+  # /proc (Linux), per footgun call, full TLS handshakes against plaintext.
+  cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+  if [[ -r /proc/$tls_pid/stat && -r /proc/$server_pid/stat ]]; then
+    for try in $(seq "$TIMING_ATTEMPTS"); do
+      before=$(cpu_ticks "$server_pid")
+      capture cpu_plain client_ footgun-client --calls "$TLS_CPU_CALLS"
+      plain_ticks=$(($(cpu_ticks "$server_pid") - before))
+      before=$(cpu_ticks "$tls_pid")
+      capture cpu_tls tls_client footgun-client --calls "$TLS_CPU_CALLS"
+      tls_ticks=$(($(cpu_ticks "$tls_pid") - before))
+      ratio=$(jqn --argjson t "$tls_ticks" --argjson p "$plain_ticks" 'if $p > 0 then $t / $p * 100 | round / 100 else 0 end')
+      cpu_ok=$(jqn --argjson r "$ratio" --argjson k "$TLS_CPU_MIN_RATIO" '$r >= $k')
+      [[ $cpu_ok == true ]] && break
+      if ((try < TIMING_ATTEMPTS)); then
+        row "12g TLS handshake CPU (try $try)" "x$ratio ($tls_ticks / $plain_ticks ticks)" ">= x$TLS_CPU_MIN_RATIO" "retry"
+      fi
+    done
+    per_call() { jqn --argjson t "$1" --argjson n "$TLS_CPU_CALLS" '$t * 10000 / $n | round'; }
+    check "12g server CPU per footgun call: TLS/plain" \
+      "x$ratio ($(per_call "$tls_ticks") / $(per_call "$plain_ticks") us)" ">= x$TLS_CPU_MIN_RATIO" "$cpu_ok" cpu_tls cpu_plain
+    note "server CPU per conn: TLS / plain" "$(per_call "$tls_ticks") us / $(per_call "$plain_ticks") us"
+  else
+    row "12g server CPU per footgun call: TLS/plain" "no /proc on this system" "(Linux only)" skipped
+  fi
+else
+  row "12 TLS rows" "--local mode only for now" "(compose: no TLS service yet)" skipped
+fi
 
 # ─── Summary ─────────────────────────────────────────────────────────────────
 printf '\nSummary (mode=%s)\n' "$mode"

@@ -1,7 +1,7 @@
 //! What every client shares: the command-line baseline, the channel set-up
 //! with bounded timeouts, the emulated link (`--link`), and the sample quote.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use routing_contracts::routing::GetQuoteRequest;
 use routing_contracts::types::CargoItem;
@@ -11,6 +11,7 @@ use crate::{
     Error,
     link::{Link, LinkArgs, LinkReport},
     target::Target,
+    tls::{ClientTls, TlsCa, TlsCounts, TlsReport, tls_ca, tls_server_name},
     wire::CountingConnector,
 };
 
@@ -39,6 +40,19 @@ pub struct Baseline {
     /// `--nat-idle-secs`. Without them, no link.
     #[command(flatten)]
     pub link: LinkArgs,
+
+    /// Speak TLS, trusting the CA certificates in this PEM file (e.g. the ca.pem of
+    /// `routing-server dev-cert`). Without it, plaintext.
+    #[arg(long, env = "ROUTING_TLS_CA", value_name = "PATH", value_parser = tls_ca)]
+    pub tls_ca: Option<TlsCa>,
+
+    /// The name to check in the server's certificate [default: the target's host].
+    #[arg(long, requires = "tls_ca", value_name = "NAME", value_parser = tls_server_name)]
+    pub tls_server_name: Option<rustls::pki_types::ServerName<'static>>,
+
+    /// The handshakes of every connector made from this baseline.
+    #[arg(skip)]
+    pub tls_counts: Arc<TlsCounts>,
 }
 
 impl Baseline {
@@ -60,7 +74,27 @@ impl Baseline {
     /// Channels opened through one connector (or its clones) share the
     /// link's rate, as flows on one real link do.
     pub fn wire(&self) -> CountingConnector {
-        CountingConnector::with_link(self.link())
+        CountingConnector::with_link(self.link()).with_tls(self.tls())
+    }
+
+    /// TLS as `--tls-ca` and `--tls-server-name` ask; `None`: plaintext.
+    /// Each call makes a new session cache, shared by the connector's
+    /// connections and its clones.
+    pub fn tls(&self) -> Option<ClientTls> {
+        let ca = self.tls_ca.as_ref()?;
+        let name = match &self.tls_server_name {
+            Some(name) => Ok(name.clone()),
+            None => tls_server_name(self.target.host()).map_err(|e| {
+                format!("the target's host cannot be checked by TLS ({e}): give --tls-server-name")
+            }),
+        };
+        Some(ClientTls::new(ca, name, Arc::clone(&self.tls_counts)))
+    }
+
+    /// The TLS handshakes for the client's JSON line; `None` (absent) in
+    /// plaintext, so plaintext lines stay as they were.
+    pub fn tls_report(&self) -> Option<TlsReport> {
+        self.tls_ca.as_ref().map(|_| self.tls_counts.report())
     }
 
     /// The link's settings: the preset with the explicit flags applied.

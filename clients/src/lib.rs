@@ -23,6 +23,8 @@
 //!   timeout) that wraps a connection, with grpc-go's presets.
 //! - [`link_proxy`]: `routing-link`'s core, a TCP proxy through one link.
 //! - [`relay`]: a loopback TCP relay that can go silent, to play a dead peer.
+//! - [`tls`]: `--tls-ca` and `--tls-server-name`: TLS inside the counting
+//!   connector, with the version and resumed handshakes for the JSON line.
 //! - [`output`]: one JSON line on stdout, diagnostics on stderr.
 //! - [`timing`]: the total of a run of calls and the median call.
 //! - [`windows`]: the receive windows a client grants, read from its own
@@ -36,6 +38,7 @@ pub mod output;
 pub mod relay;
 pub mod target;
 pub mod timing;
+pub mod tls;
 pub mod windows;
 pub mod wire;
 
@@ -44,6 +47,7 @@ pub use link::{Link, LinkArgs, LinkReport, Preset, SharedLink};
 pub use output::{finish, init_tracing, init_tracing_at, seconds};
 pub use relay::SilentRelay;
 pub use timing::{CallTimer, Timings};
+pub use tls::TlsReport;
 pub use windows::WindowsGranted;
 pub use wire::{CountingConnector, GoAwayReceived, WireSnapshot};
 

@@ -18,6 +18,13 @@ impl Target {
     pub fn uri(&self) -> String {
         format!("http://{}", self.authority)
     }
+
+    /// The host, without its port (IPv6 literals without brackets): the
+    /// name TLS checks unless `--tls-server-name` says otherwise.
+    pub fn host(&self) -> &str {
+        let host = self.authority.host();
+        host.trim_start_matches('[').trim_end_matches(']')
+    }
 }
 
 impl fmt::Display for Target {
@@ -36,7 +43,7 @@ impl FromStr for Target {
             Some(("http", rest)) => rest,
             Some(("https", _)) => {
                 return Err(format!(
-                    "{input:?}: this chapter's server is plaintext; {hint}"
+                    "{input:?}: give host:port, and --tls-ca CA.pem for TLS; {hint}"
                 ));
             }
             Some(_) => return Err(format!("{input:?}: unsupported scheme; {hint}")),

@@ -14,6 +14,11 @@
 //! debug data, and follows the receive windows the client grants
 //! ([`crate::windows`]): tonic reports none of these.
 //!
+//! With `--tls-ca` ([`CountingConnector::with_tls`]) the connector also
+//! runs the TLS handshake, between the two: bytes are counted below TLS, at
+//! the socket (so the counts include the handshake and each record's
+//! header and tag), and frames are followed above it, in plaintext.
+//!
 //! [`CountingConnector::with_link`] routes every connection through an
 //! emulated [`Link`](crate::link::Link). The counting sits on the client's
 //! side of the link, so the counts are still what crosses the wire: bytes
@@ -42,6 +47,7 @@ use h2_frames::{Frame, FrameTracker, GoAway, flag, kind};
 
 use crate::{
     link::{Link, LinkedStream, SharedLink},
+    tls::ClientTls,
     windows::{
         SETTINGS_KEPT_BYTES, SharedWindows, WINDOW_UPDATE_KEPT_BYTES, WindowTracker, WindowsGranted,
     },
@@ -128,6 +134,8 @@ pub struct CountingConnector {
     counters: Arc<Counters>,
     /// The emulated link every connection goes through; `None`: none.
     link: Option<SharedLink>,
+    /// TLS over every connection; `None`: plaintext.
+    tls: Option<ClientTls>,
 }
 
 impl CountingConnector {
@@ -142,7 +150,14 @@ impl CountingConnector {
         Self {
             counters: Arc::default(),
             link: (!link.is_local()).then(|| SharedLink::new(link)),
+            tls: None,
         }
+    }
+
+    /// The same connector, speaking TLS on every connection it opens.
+    pub fn with_tls(mut self, tls: Option<ClientTls>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// The link's settings ([`Link::LOCAL`] without one).
@@ -202,6 +217,7 @@ impl tower::Service<Uri> for CountingConnector {
     fn call(&mut self, uri: Uri) -> Self::Future {
         let counters = self.counters.clone();
         let link = self.link.clone();
+        let tls = self.tls.clone();
         Box::pin(async move {
             let invalid = || {
                 io::Error::new(
@@ -216,9 +232,17 @@ impl tower::Service<Uri> for CountingConnector {
             let stream = TcpStream::connect((host, port)).await?;
             stream.set_nodelay(true)?;
             tracing::debug!(%uri, local = ?stream.local_addr().ok(), "connection opened");
-            let inner = match link {
+            let wire = match link {
                 None => Wire::Direct(stream),
                 Some(link) => Wire::Linked(link.connect(stream).await),
+            };
+            let socket = SocketCount {
+                inner: wire,
+                counters: Arc::clone(&counters),
+            };
+            let inner = match tls {
+                None => Transport::Plain(socket),
+                Some(tls) => Transport::Tls(Box::new(tls.connect(socket).await?)),
             };
             counters.connections.fetch_add(1, Ordering::Relaxed);
             Ok(TokioIo::new(CountingStream {
@@ -235,11 +259,11 @@ impl tower::Service<Uri> for CountingConnector {
     }
 }
 
-/// A TCP stream that adds every byte it moves to the shared counters, and
-/// follows the frames in both directions.
+/// A connection that follows the frames in both directions; the socket
+/// below it adds every byte it moves to the shared counters.
 #[derive(Debug)]
 pub struct CountingStream {
-    inner: Wire,
+    inner: Transport,
     counters: Arc<Counters>,
     inbound: FrameTracker,
     outbound: FrameTracker,
@@ -256,29 +280,108 @@ enum Wire {
     Linked(LinkedStream),
 }
 
-impl AsyncRead for Wire {
+/// The socket (or link) with its bytes counted as they cross it.
+#[derive(Debug)]
+struct SocketCount {
+    inner: Wire,
+    counters: Arc<Counters>,
+}
+
+/// What the frames are read from and written to: the counted socket, or
+/// TLS over it.
+#[derive(Debug)]
+enum Transport {
+    Plain(SocketCount),
+    Tls(Box<tokio_rustls::client::TlsStream<SocketCount>>),
+}
+
+/// Both enums forward every call to whichever stream they hold.
+macro_rules! forward_io {
+    ($type:ty, $($variant:ident),+) => {
+        impl AsyncRead for $type {
+            fn poll_read(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &mut ReadBuf<'_>,
+            ) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    $(Self::$variant(s) => Pin::new(s).poll_read(cx, buf),)+
+                }
+            }
+        }
+
+        impl AsyncWrite for $type {
+            fn poll_write(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                match self.get_mut() {
+                    $(Self::$variant(s) => Pin::new(s).poll_write(cx, buf),)+
+                }
+            }
+
+            fn poll_write_vectored(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                bufs: &[io::IoSlice<'_>],
+            ) -> Poll<io::Result<usize>> {
+                match self.get_mut() {
+                    $(Self::$variant(s) => Pin::new(s).poll_write_vectored(cx, bufs),)+
+                }
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                match self {
+                    $(Self::$variant(s) => s.is_write_vectored(),)+
+                }
+            }
+
+            fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    $(Self::$variant(s) => Pin::new(s).poll_flush(cx),)+
+                }
+            }
+
+            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    $(Self::$variant(s) => Pin::new(s).poll_shutdown(cx),)+
+                }
+            }
+        }
+    };
+}
+
+forward_io!(Wire, Direct, Linked);
+forward_io!(Transport, Plain, Tls);
+
+impl AsyncRead for SocketCount {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Direct(tcp) => Pin::new(tcp).poll_read(cx, buf),
-            Self::Linked(linked) => Pin::new(linked).poll_read(cx, buf),
-        }
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        this.counters
+            .bytes_read
+            .fetch_add(read as u64, Ordering::Relaxed);
+        polled
     }
 }
 
-impl AsyncWrite for Wire {
+impl AsyncWrite for SocketCount {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Direct(tcp) => Pin::new(tcp).poll_write(cx, buf),
-            Self::Linked(linked) => Pin::new(linked).poll_write(cx, buf),
-        }
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.count_written(&polled);
+        polled
     }
 
     fn poll_write_vectored(
@@ -286,30 +389,31 @@ impl AsyncWrite for Wire {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Direct(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
-            Self::Linked(linked) => Pin::new(linked).poll_write_vectored(cx, bufs),
-        }
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.count_written(&polled);
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {
-        match self {
-            Self::Direct(tcp) => tcp.is_write_vectored(),
-            Self::Linked(linked) => linked.is_write_vectored(),
-        }
+        self.inner.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Direct(tcp) => Pin::new(tcp).poll_flush(cx),
-            Self::Linked(linked) => Pin::new(linked).poll_flush(cx),
-        }
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Direct(tcp) => Pin::new(tcp).poll_shutdown(cx),
-            Self::Linked(linked) => Pin::new(linked).poll_shutdown(cx),
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+impl SocketCount {
+    fn count_written(&self, polled: &Poll<io::Result<usize>>) {
+        if let Poll::Ready(Ok(n)) = polled {
+            self.counters
+                .bytes_written
+                .fetch_add(*n as u64, Ordering::Relaxed);
         }
     }
 }
@@ -323,9 +427,6 @@ impl AsyncRead for CountingStream {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         let read = &buf.filled()[before..];
-        self.counters
-            .bytes_read
-            .fetch_add(read.len() as u64, Ordering::Relaxed);
         let this = &mut *self;
         let (counters, pings_sent, windows) = (&this.counters, this.pings_sent, &mut this.windows);
         this.inbound
@@ -394,11 +495,9 @@ impl AsyncWrite for CountingStream {
 }
 
 impl CountingStream {
-    /// Counts the first `n` bytes of `bufs`: what the socket accepted.
+    /// Follows the frames in the first `n` bytes of `bufs`: what the
+    /// transport accepted (the socket counts its own bytes).
     fn written(&mut self, bufs: &[io::IoSlice<'_>], n: usize) {
-        self.counters
-            .bytes_written
-            .fetch_add(n as u64, Ordering::Relaxed);
         let mut left = n;
         for buf in bufs {
             if left == 0 {

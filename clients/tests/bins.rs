@@ -282,3 +282,61 @@ async fn bad_input_is_a_usage_error_and_help_works() {
     let output = run_bin(FOOTGUN, &["--calls", "0"], LIMIT).await;
     assert_eq!(output.status.code(), Some(2), "--calls 0 is refused");
 }
+
+/// A TLS server with fresh dev certificates (in a directory of its own,
+/// `tag` naming it), issuing session tickets or not; returns the server and
+/// the CA file a client trusts.
+async fn start_tls_server(tag: &str, tickets: bool) -> (LocalServer, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("clients-tls-{tag}-{}", std::process::id()));
+    let certs = routing_server::dev_cert::generate(&routing_server::dev_cert::SERVER_NAMES)
+        .expect("certificates made");
+    certs.write_to(&dir).expect("certificates written");
+    let server = start_server_with(Config {
+        tls_cert: Some(dir.join("server.pem")),
+        tls_key: Some(dir.join("server.key")),
+        tls_session_tickets: tickets,
+        ..Config::default()
+    })
+    .await;
+    (server, dir.join("ca.pem"))
+}
+
+/// Over TLS (`--tls-ca`), the footgun pays a handshake per call and the
+/// pooled client one in all; the line names the version, and the footgun's
+/// connections after the first resume the session its first was given,
+/// unless the server issues no tickets. Without `--tls-ca` the line has no
+/// `tls` at all (the plaintext tests above see the same line as before).
+#[tokio::test]
+async fn over_tls_the_line_counts_handshakes_and_resumptions() {
+    for (tickets, resumed) in [(true, 9), (false, 0)] {
+        let (server, ca) = start_tls_server(&format!("tickets-{tickets}"), tickets).await;
+        let target = format!("localhost:{}", server.addr().port());
+        let ca = ca.to_str().expect("UTF-8 path");
+        let args = ["--target", &target, "--tls-ca", ca, "--calls", "10"];
+
+        let footgun = json_line(&run_bin(FOOTGUN, &args, LIMIT).await);
+        assert_eq!(footgun["connections"], 10);
+        assert_eq!(footgun["tls"]["version"], "TLSv1_3", "{footgun}");
+        assert_eq!(footgun["tls"]["handshakes"], 10, "{footgun}");
+        assert_eq!(
+            footgun["tls"]["resumed"], resumed,
+            "tickets {tickets}: {footgun}"
+        );
+
+        let pooled = json_line(&run_bin(POOLED, &args, LIMIT).await);
+        assert_eq!(pooled["connections"], 1);
+        assert_eq!(pooled["tls"]["handshakes"], 1, "{pooled}");
+    }
+    let (server, _) = start_tls_server("plain-line", true).await;
+    let plain = start_server().await;
+    drop(server);
+    let line = json_line(
+        &run_bin(
+            FOOTGUN,
+            &["--target", &plain.addr().to_string(), "--calls", "2"],
+            LIMIT,
+        )
+        .await,
+    );
+    assert!(line.get("tls").is_none(), "{line}");
+}

@@ -218,6 +218,9 @@ async fn fetch(
         connect_timeout_secs: CONNECT_TIMEOUT_S,
         call_timeout_secs: CALL_TIMEOUT_S,
         link: LinkArgs::default(),
+        tls_ca: None,
+        tls_server_name: None,
+        tls_counts: Default::default(),
     };
     let endpoint = window.apply(baseline.endpoint()?);
     let wire = CountingConnector::with_link(link);

@@ -12,6 +12,8 @@
 //! ```console
 //! $ cargo run --release -p routing-server --example tonic_server
 //! $ cargo run --release -p routing-server --example tonic_server -- --listen 127.0.0.1:9181
+//! $ cargo run --release -p routing-server --example tonic_server -- --listen 127.0.0.1:9443 \
+//!       --tls-cert certs/server.pem --tls-key certs/server.key   # TLS, tonic's ServerTlsConfig
 //! ```
 //!
 //! It serves the contract (RoutingService, health, reflection) until Ctrl+C
@@ -21,7 +23,9 @@
 //! 2026-12-01T10:03:15.370984Z  INFO tonic_server: stock tonic serving shipping.routing.v1.RoutingService local_addr=127.0.0.1:9181
 //! ```
 
-use std::{future::Future, io::IsTerminal, net::SocketAddr, process::ExitCode, sync::Arc};
+use std::{
+    future::Future, io::IsTerminal, net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc,
+};
 
 use clap::Parser;
 use routing_contracts::routing::routing_service_server::{RoutingService, RoutingServiceServer};
@@ -31,7 +35,11 @@ use routing_contracts::routing::{
 use routing_server::{catalog::Catalog, knobs, quote, server::Error};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::{Request, Response, Status, codec::CompressionEncoding, transport::Server};
+use tonic::{
+    Request, Response, Status,
+    codec::CompressionEncoding,
+    transport::{Identity, Server, ServerTlsConfig},
+};
 
 #[derive(Debug, Parser)]
 #[command(about = "The chapter's RoutingService on tonic's stock Server::builder()")]
@@ -40,6 +48,28 @@ struct Args {
     #[arg(long, env = "ROUTING_LISTEN", default_value = knobs::DEFAULT_LISTEN,
           value_parser = knobs::listen_address)]
     listen: SocketAddr,
+
+    /// Serve TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, env = "ROUTING_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM); needs --tls-cert.
+    #[arg(long, env = "ROUTING_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+/// TLS from `--tls-cert` and `--tls-key` (tonic feature `tls-ring`), or
+/// `None` for plaintext. tonic offers ALPN `h2` itself. An unreadable file
+/// is named with its flag; a key that does not match fails at start-up.
+fn tls_config(args: &Args) -> Result<Option<ServerTlsConfig>, String> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        return Ok(None);
+    };
+    let read = |flag: &str, path: &PathBuf| {
+        std::fs::read(path).map_err(|e| format!("{flag} {}: cannot read it: {e}", path.display()))
+    };
+    let identity = Identity::from_pem(read("--tls-cert", cert)?, read("--tls-key", key)?);
+    Ok(Some(ServerTlsConfig::new().identity(identity)))
 }
 
 /// The contract on the library's pure logic: nothing here but the mapping.
@@ -74,6 +104,16 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
+    serve_with(listener, None, shutdown).await
+}
+
+/// [`serve`], over TLS when `tls` is given: the one line
+/// `Server::builder().tls_config(tls)` is all a tonic server adds.
+pub async fn serve_with(
+    listener: TcpListener,
+    tls: Option<ServerTlsConfig>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), Error> {
     let routing = RoutingServiceServer::new(Routing::default())
         // Lever 2, message caps: tonic's send cap is unlimited, so set one
         // (16 MiB fits the 5.0 MB catalog); the receive cap stays at 4 MiB.
@@ -102,7 +142,11 @@ pub async fn serve(
         let _ = draining.send(true);
     };
     tracing::info!(local_addr = %listener.local_addr()?, "stock tonic serving shipping.routing.v1.RoutingService");
-    let serving = Server::builder()
+    let mut builder = Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
+    let serving = builder
         // Lever 4, keepalive: PING a connection idle for 5 s, close it if the
         // ack takes more than 20 s. (tonic enforces no floor on the client's
         // PINGs; routing-server does, in server/src/connection.rs.)
@@ -141,8 +185,15 @@ async fn main() -> ExitCode {
         )
         .init();
     let args = Args::parse();
+    let tls = match tls_config(&args) {
+        Ok(tls) => tls,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(2);
+        }
+    };
     let served = match routing_server::server::bind(args.listen).await {
-        Ok(listener) => serve(listener, routing_server::shutdown::signal()).await,
+        Ok(listener) => serve_with(listener, tls, routing_server::shutdown::signal()).await,
         Err(e) => Err(e),
     };
     match served {

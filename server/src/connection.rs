@@ -304,7 +304,10 @@ impl Accepted {
         if let Err(e) = bound_kernel_buffers(&stream, &self.policy) {
             tracing::debug!(peer = %self.peer, "cannot bound the socket's kernel buffers: {e}");
         }
-        let (transport, sent) = tls.accept(stream, self.peer, deadline).await?;
+        // Boxed: the handshake's state (rustls's session, the ClientHello)
+        // lives on the heap while it runs, and is not stored in every
+        // connection's task, plaintext ones included, for the task's life.
+        let (transport, sent) = Box::pin(tls.accept(stream, self.peer, deadline)).await?;
         Ok(Connection::over(
             transport,
             sent,

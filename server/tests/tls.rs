@@ -518,3 +518,145 @@ async fn served_within_bound(client: &mut RoutingServiceClient<Channel>) {
         }
     }
 }
+
+/// The conversion behind the last test, exactly: given a TLS connection
+/// whose server writes 100,000 plaintext bytes through its transport and
+/// then nothing, when the client has read them all, then the server's
+/// count turns the socket bytes the client received (the handshake,
+/// tickets, records) back into all 100,000 plaintext bytes, and one socket
+/// byte fewer into fewer: a response is never counted as acknowledged
+/// before its last record is.
+#[tokio::test]
+async fn socket_bytes_turn_back_into_plaintext_never_early() {
+    use routing_clients::{
+        CountingConnector,
+        tls::{ClientTls, tls_ca, tls_server_name},
+    };
+    use tower::ServiceExt;
+    const PLAINTEXT: usize = 100_000;
+
+    // Given a server side that writes the bytes and keeps the connection...
+    let certs = Certs::new("quiet");
+    let tls = ServerTls::from_config(&certs.config())
+        .expect("valid files")
+        .expect("TLS asked for");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(async move {
+        let (tcp, peer) = listener.accept().await.expect("accept");
+        let (mut transport, sent) = tls
+            .accept(tcp, peer, Instant::now() + BOUND)
+            .await
+            .expect("handshake");
+        transport.write_all(&[0; PLAINTEXT]).await.expect("written");
+        transport.flush().await.expect("flushed");
+        (transport, sent)
+    });
+
+    // ...and a client whose connector counts the socket's bytes below TLS.
+    let ca = tls_ca(certs.dir.join("ca.pem").to_str().expect("UTF-8")).expect("the CA");
+    let client_tls = ClientTls::new(&ca, tls_server_name("localhost"), Arc::default());
+    let connector = CountingConnector::new().with_tls(Some(client_tls));
+    let uri: Uri = format!("http://{addr}").parse().expect("uri");
+    let mut io = connector
+        .clone()
+        .oneshot(uri)
+        .await
+        .expect("connects over TLS")
+        .into_inner();
+    let mut read = vec![1; PLAINTEXT];
+    tokio::time::timeout(BOUND, io.read_exact(&mut read))
+        .await
+        .expect("in time")
+        .expect("all of it");
+    let (_transport, sent) = server.await.expect("server side");
+
+    // When every socket byte the client received is acknowledged...
+    let socket = connector.snapshot().bytes_read;
+    assert!(socket > PLAINTEXT as u64, "TLS adds bytes: {socket}");
+    // ...then all the plaintext is, and one byte short, not all of it.
+    assert_eq!(sent.plaintext_acked(socket), PLAINTEXT as u64);
+    assert!(sent.plaintext_acked(socket - 1) < PLAINTEXT as u64);
+}
+
+/// The connection cap holds over TLS: it is applied at accept, before any
+/// handshake. Given a cap of one and a TLS client holding it, when a
+/// second connection arrives, then it is closed at once, with no TLS
+/// handshake (no byte from the server); the first client is still served.
+#[tokio::test]
+async fn the_connection_cap_holds_over_tls() {
+    let certs = Certs::new("cap");
+    let server = start_with(Config {
+        max_connections: Some(1),
+        // Longer than BOUND: only the cap can close the second connection.
+        handshake_timeout_secs: 60,
+        ..certs.config()
+    })
+    .await;
+    let mut first = TlsDialer::new(&certs).client(&server).await;
+    first
+        .get_quote(sample_quote_request())
+        .await
+        .expect("the first client is served");
+
+    let mut second = TcpStream::connect(server.addr())
+        .await
+        .expect("TCP connects");
+    let received = read_until_closed(&mut second).await;
+    assert!(
+        received.is_empty(),
+        "no handshake over the cap: {received:?}"
+    );
+    first
+        .get_quote(sample_quote_request())
+        .await
+        .expect("still served");
+}
+
+/// The connection's policies sit above TLS and see plaintext frames: given
+/// a TLS client that sends its preface and SETTINGS, then PINGs far faster
+/// than the 5 s floor, when the server reads them, then it answers with a
+/// GOAWAY ENHANCE_YOUR_CALM `too_many_pings` inside the TLS session, and
+/// closes the connection.
+#[tokio::test]
+async fn the_ping_floor_holds_over_tls() {
+    use h2_frames::{FrameTracker, GoAway, PREFACE, encode_frame, kind};
+
+    let certs = Certs::new("pings");
+    let server = start_with(certs.config()).await;
+    let tcp = TcpStream::connect(server.addr()).await.expect("connects");
+    let name = ServerName::try_from("localhost").expect("a name");
+    let mut tls = TlsConnector::from(certs.client_config())
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake");
+
+    // Given a preface, SETTINGS and five PINGs at once...
+    let mut opening = PREFACE.to_vec();
+    opening.extend(encode_frame(kind::SETTINGS, 0, 0, &[]));
+    for i in 0..5u8 {
+        opening.extend(encode_frame(kind::PING, 0, 0, &[i; 8]));
+    }
+    tls.write_all(&opening).await.expect("sent");
+
+    // ...then the plaintext the server sends back holds the GOAWAY.
+    let mut frames = FrameTracker::server_to_client().keeping(kind::GOAWAY, 264);
+    let mut goaway = None;
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + BOUND;
+    loop {
+        match tokio::time::timeout_at(deadline, tls.read(&mut buf)).await {
+            Err(_) => panic!("still open after {BOUND:?}, GOAWAY {goaway:?}"),
+            Ok(Ok(0) | Err(_)) => break,
+            Ok(Ok(n)) => frames.feed(&buf[..n], |frame| {
+                if frame.header.kind == kind::GOAWAY {
+                    goaway = GoAway::parse(frame.kept);
+                }
+            }),
+        }
+    }
+    let goaway = goaway.expect("a GOAWAY before the end");
+    assert!(goaway.is_too_many_pings(), "{goaway:?}");
+}

@@ -45,7 +45,7 @@ use std::{
 
 use clap::Parser;
 use routing_clients::{
-    Baseline, CountingConnector, Error, LinkReport, finish, init_tracing, rpc_error,
+    Baseline, CountingConnector, Error, LinkReport, TlsReport, finish, init_tracing, rpc_error,
     sample_quote_request, seconds,
 };
 use routing_contracts::routing::{
@@ -74,6 +74,8 @@ struct Report {
     client: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     link: Option<LinkReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsReport>,
     result: &'static str,
     routes: usize,
     identity_wire_bytes: u64,
@@ -166,6 +168,7 @@ async fn run(args: Args) -> Result<Report, Error> {
     Ok(Report {
         client: "gzip",
         link: args.baseline.link_report(),
+        tls: args.baseline.tls_report(),
         result: "MATCH",
         routes: plain.routes.len(),
         identity_wire_bytes,

@@ -54,8 +54,8 @@ use std::{future::Future, process::ExitCode, time::Duration};
 use clap::Parser;
 use h2_frames::error_code;
 use routing_clients::{
-    Baseline, Error, LinkReport, SilentRelay, WireSnapshot, finish, init_tracing, rpc_error,
-    sample_quote_request, seconds, target::Target,
+    Baseline, Error, LinkReport, SilentRelay, TlsReport, WireSnapshot, finish, init_tracing,
+    rpc_error, sample_quote_request, seconds, target::Target,
 };
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use serde::Serialize;
@@ -152,6 +152,8 @@ struct Report {
     client: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     link: Option<LinkReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsReport>,
     #[serde(flatten)]
     idle: Option<IdleReport>,
     #[serde(flatten)]
@@ -232,6 +234,7 @@ async fn run(args: Args) -> Result<Report, Error> {
     Ok(Report {
         client: "keepalive",
         link: args.baseline.link_report(),
+        tls: args.baseline.tls_report(),
         idle,
         dead_peer,
         ping_floor,

@@ -23,7 +23,7 @@ use std::{process::ExitCode, time::Instant};
 
 use clap::Parser;
 use routing_clients::{
-    Baseline, CallTimer, Error, LinkReport, Timings, finish, init_tracing, rpc_error,
+    Baseline, CallTimer, Error, LinkReport, Timings, TlsReport, finish, init_tracing, rpc_error,
     sample_quote_request,
 };
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
@@ -44,6 +44,8 @@ struct Report {
     client: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     link: Option<LinkReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsReport>,
     calls: u32,
     connections: u64,
     #[serde(flatten)]
@@ -80,6 +82,7 @@ async fn run(args: Args) -> Result<Report, Error> {
     Ok(Report {
         client: "pooled",
         link: args.baseline.link_report(),
+        tls: args.baseline.tls_report(),
         calls: args.calls,
         connections: wire.snapshot().connections,
         timings: timer.finish(args.baseline.link().rtt()),

@@ -54,7 +54,7 @@ use std::{future::Future, process::ExitCode, time::Duration};
 use clap::Parser;
 use h2_frames::DEFAULT_WINDOW;
 use routing_clients::{
-    Baseline, Error, LinkReport,
+    Baseline, Error, LinkReport, TlsReport,
     catalog::{FULL_CATALOG_ROUTES, catalog_client, fetch_routes},
     finish, init_tracing, seconds,
     windows::{ReceiveWindow, window_ceiling_bit_s},
@@ -129,6 +129,8 @@ struct Report {
     /// The emulated link; absent with `--link local`.
     #[serde(skip_serializing_if = "Option::is_none")]
     link: Option<LinkReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsReport>,
     small: Phase,
     tonic_default: Phase,
     adaptive: Phase,
@@ -188,6 +190,7 @@ async fn run(args: Args) -> Result<Report, Error> {
     Ok(Report {
         client: "window",
         link: args.baseline.link_report(),
+        tls: args.baseline.tls_report(),
         small,
         tonic_default,
         adaptive,
