@@ -165,7 +165,7 @@ server_log() { # the tail of the server's log, for evidence
 
 stop_lb() { # section 11's processes: HAProxy first, so the replicas drain at once
   local pid
-  for pid in "${lb_pids[@]}"; do
+  for pid in ${lb_pids[@]+"${lb_pids[@]}"}; do
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
     kill -KILL "$pid" 2>/dev/null || true
@@ -640,15 +640,16 @@ if [[ $mode == local ]]; then
   # lb_start VAR NAME ARGS...: a replica on a free port; its address goes to VAR.
   # The connection module logs at debug, so a policy that trips is seen (11f).
   lb_start() {
-    local var=$1 name=$2 addr=
+    local var=$1 name=$2 addr='' pid
     shift 2
     RUST_LOG=info,routing_server::connection=debug "$bin_dir/routing-server" --listen 127.0.0.1:0 --replica "$name" "$@" \
       >"$lb_log/$name.out" 2>"$lb_log/$name.log" &
-    lb_pids+=($!)
+    pid=$!
+    lb_pids+=("$pid")
     for _ in $(seq 100); do
       addr=$(grep -o 'local_addr=127\.0\.0\.1:[0-9]*' "$lb_log/$name.log" | head -n 1 | cut -d= -f2 || true)
       [[ -n $addr ]] && break
-      kill -0 "${lb_pids[-1]}" 2>/dev/null || break
+      kill -0 "$pid" 2>/dev/null || break
       sleep 0.1
     done
     [[ -n $addr ]] || { tail -n 20 "$lb_log/$name.log" >&2; die "replica $name did not start"; }
@@ -681,6 +682,7 @@ if [[ $mode == local ]]; then
     grep -q 'cannot bind socket' "$lb_log/haproxy.log" ||
       { tail -n 20 "$lb_log/haproxy.log" >&2; die "haproxy -f lb/haproxy.cfg did not start"; }
     say "  (haproxy: a port of $base..$((base + 5)) is taken, try $try)"
+    lb_pids=("${lb_pids[@]:1}")
     haproxy_pid=
   done
   [[ -n $haproxy_pid ]] || die "haproxy found no free ports in 5 tries"

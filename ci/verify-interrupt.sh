@@ -81,7 +81,8 @@ point() {
   fi
   local left fails
   left=$(in_session "$running")
-  fails=$(grep -c 'FAIL' "$log" || true)
+  # A failed row ends in FAIL, and fail() prints "FAIL: ..."; a bound may say FAILED.
+  fails=$(grep -cE '^FAIL|[[:space:]]FAIL$' "$log" || true)
   if [[ $rc == 130 && $fails == 0 && -z $left ]]; then
     printf 'ok   %-10s exit 130 after %.1f s, 0 FAIL lines, 0 processes left; running at the signal:\n' \
       "$name" "$(jq -rn --argjson t "$waited" '$t / 10')"
