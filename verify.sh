@@ -13,6 +13,7 @@ FOOTGUN_FACTOR=${FOOTGUN_FACTOR:-1.8}     # footgun median_call_s > pooled media
 P99_CEILING_MS=${P99_CEILING_MS:-1500}    # ghz GetQuote p99 latency < this (ms)
 RPS_FLOOR=${RPS_FLOOR:-20}                # ghz GetQuote throughput > this (calls/s)
 GZIP_MAX_PERCENT=${GZIP_MAX_PERCENT:-5}   # gzip wire bytes ≤ this % of identity
+GZIP_RANDOM_MIN_PERCENT=${GZIP_RANDOM_MIN_PERCENT:-70} # on the random catalog, gzip wire bytes >= this % of identity: 93 printable characters carry log2(93) = 6.5 bits in 8, so gzip's Huffman codes stay near 82 %
 DEAD_PEER_MAX_S=${DEAD_PEER_MAX_S:-10}    # keepalive finds the dead peer within this (s); it needs 1 s + 1 s
 TIMING_ATTEMPTS=${TIMING_ATTEMPTS:-3}     # tries for timing checks (4, 9); each failure is printed
 # Rows 10: each lever on an emulated link (clients/src/link.rs, in the client's
@@ -88,7 +89,7 @@ Modes:
 
 Overrides (environment):
   Bounds     FOOTGUN_FACTOR=$FOOTGUN_FACTOR P99_CEILING_MS=$P99_CEILING_MS RPS_FLOOR=$RPS_FLOOR
-             GZIP_MAX_PERCENT=$GZIP_MAX_PERCENT TIMING_ATTEMPTS=$TIMING_ATTEMPTS
+             GZIP_MAX_PERCENT=$GZIP_MAX_PERCENT GZIP_RANDOM_MIN_PERCENT=$GZIP_RANDOM_MIN_PERCENT TIMING_ATTEMPTS=$TIMING_ATTEMPTS
   On a link  LINK=$LINK FOOTGUN_MIN_RTTS=$FOOTGUN_MIN_RTTS POOLED_MAX_RTTS=$POOLED_MAX_RTTS
              GZIP_LINK_MAX_FRACTION=$GZIP_LINK_MAX_FRACTION NAT_IDLE_SECS=$NAT_IDLE_SECS NAT_ABANDON_SECS=$NAT_ABANDON_SECS
   Workload   CALLS=$CALLS LINK_CALLS=$LINK_CALLS GHZ_CONCURRENCY=$GHZ_CONCURRENCY GHZ_TOTAL=$GHZ_TOTAL IDLE_SECS=$IDLE_SECS
@@ -118,7 +119,6 @@ done
 cd "$(dirname "$0")"
 scratch=$(mktemp -d)
 server_pid=
-quiet_pid=
 lb_pids=() # section 11: HAProxy first, then its replicas
 compose_up=no
 read -r -a compose <<<"$COMPOSE"
@@ -175,7 +175,7 @@ stop_lb() { # section 11's processes: HAProxy first, so the replicas drain at on
 
 cleanup() {
   local rc=$?
-  if [[ -n $quiet_pid ]]; then kill -TERM "$quiet_pid" 2>/dev/null || true; fi
+  for pid in "${extra_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   stop_lb
   if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
     kill -TERM "$server_pid" 2>/dev/null || true
@@ -244,13 +244,14 @@ ghz_() {
     bounded "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T ghz "$@"
   fi
 }
-client_() { # client_ BIN ARGS...
-  local bin=$1
-  shift
+client_() { client_at "$target" "$@"; } # client_ BIN ARGS...: against the server
+client_at() { # client_at TARGET BIN ARGS...
+  local to=$1 bin=$2
+  shift 2
   if [[ $mode == local ]]; then
-    bounded "$TOOL_TIMEOUT_S" "$bin_dir/$bin" --target "$target" "$@"
+    bounded "$TOOL_TIMEOUT_S" "$bin_dir/$bin" --target "$to" "$@"
   else
-    bounded "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T clients "$bin" --target "$target" "$@"
+    bounded "$TOOL_TIMEOUT_S" "${compose[@]}" --profile tools run --rm -T clients "$bin" --target "$to" "$@"
   fi
 }
 
@@ -322,6 +323,58 @@ field() { jq -r "$2" "$scratch/$1.out" 2>/dev/null || true; }
 summary=()
 note() { summary+=("$(layout 36 "$1" "$2")"); }
 
+# launch_local NAME ARGS...: `routing-server --listen 127.0.0.1:0 ARGS` in
+# the background, logging to $scratch/NAME.log. Port 0: the kernel picks a
+# free port, which the server logs; it is left in $launched_addr (empty if
+# the server died first), the PID in $launched_pid.
+launched_pid=
+launched_addr=
+launch_local() {
+  local name=$1
+  shift
+  launched_addr=
+  RUST_LOG=${launch_log:-info} "$bin_dir/routing-server" --listen 127.0.0.1:0 "$@" >"$scratch/$name.out" 2>"$scratch/$name.log" &
+  launched_pid=$!
+  for _ in $(seq 100); do
+    launched_addr=$(grep -o 'local_addr=127\.0\.0\.1:[0-9]*' "$scratch/$name.log" | head -n 1 | cut -d= -f2 || true)
+    [[ -n $launched_addr ]] && break
+    kill -0 "$launched_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+}
+
+# start_extra NAME SERVICE ROW ARGS...: a second routing-server for one row,
+# polled until it reports SERVING (ROW fails otherwise); its address is left
+# in $extra_target. --local starts `routing-server --listen 127.0.0.1:0 ARGS`
+# (stopped by cleanup); compose starts SERVICE, which compose.yaml gives the
+# same settings as environment variables.
+extra_pids=()
+extra_target=
+start_extra() {
+  local name=$1 service=$2 row=$3 status='' deadline
+  shift 3
+  extra_target=
+  if [[ $mode == local ]]; then
+    launch_local "$name" "$@"
+    extra_pids+=("$launched_pid")
+    extra_target=$launched_addr
+    [[ -n $extra_target ]] || { tail -n 20 "$scratch/$name.log" >&2; die "the $name routing-server did not start"; }
+  else
+    bounded 300 "${compose[@]}" --profile tools up -d --no-build "$service" >"$scratch/${name}_up.log" 2>&1 ||
+      { cat "$scratch/${name}_up.log" >&2; die "'$COMPOSE up $service' failed"; }
+    extra_target=$service:9000
+  fi
+  deadline=$((SECONDS + READY_TIMEOUT_S))
+  while ((SECONDS < deadline)); do
+    capture "${name}_ready" grpcurl_ -plaintext -connect-timeout "$READY_PROBE_S" -max-time "$READY_PROBE_S" \
+      -d '{}' "$extra_target" grpc.health.v1.Health/Check
+    status=$(field "${name}_ready" .status)
+    [[ $status == SERVING ]] && return
+    sleep 1
+  done
+  fail "$row" "${status:-no answer}" "SERVING" "${name}_ready"
+}
+
 # ─── Bring the stack up ──────────────────────────────────────────────────────
 if [[ $mode == local ]]; then
   if [[ $build == yes ]]; then
@@ -339,16 +392,10 @@ if [[ $mode == local ]]; then
       die "$bin_dir/$bin is missing after cargo build"
     fi
   done
-  # Port 0: the kernel picks a free port, which the server logs.
-  RUST_LOG=info "$bin_dir/routing-server" --listen 127.0.0.1:0 >"$scratch/server.out" 2>"$scratch/server.log" &
-  server_pid=$!
-  for _ in $(seq 100); do
-    target=$(grep -o 'local_addr=127\.0\.0\.1:[0-9]*' "$scratch/server.log" | head -n 1 | cut -d= -f2 || true)
-    [[ -n $target ]] && break
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -n ${target:-} ]] || { server_log >&2; die "routing-server did not start"; }
+  launch_local server
+  server_pid=$launched_pid
+  target=$launched_addr
+  [[ -n $target ]] || { server_log >&2; die "routing-server did not start"; }
   proto_dir=contracts/proto
 else
   export ROUTING_PORT
@@ -485,6 +532,20 @@ note "identity wire bytes (25 routes)" "$identity"
 note "gzip wire bytes (25 routes)" "$zipped ($percent%)"
 note "gzip break-even link speed" "$(field gzip 'if .gzip_not_slower then "none: the gzip fetch was not slower" else "\(.break_even_bit_s / 1e6 | round) Mbit/s (gzip is faster below it)" end')"
 
+# 7c. The other half of the gzip lesson: bytes that do not shrink. A second
+# server pads its catalog with seeded random printable characters (same sizes,
+# ids and prices); gzip still costs CPU at both ends, and saves almost nothing.
+start_extra random random-server "7c random-filler server reports SERVING" --filler random
+capture gzip_random client_at "$extra_target" gzip-client
+identity_r=$(field gzip_random .identity_wire_bytes)
+zipped_r=$(field gzip_random .gzip_wire_bytes)
+percent_r=$(jqn --argjson i "${identity_r:-1}" --argjson g "${zipped_r:-0}" '$g / $i * 10000 | round / 100')
+check "7c gzip on random bytes vs identity" "${zipped_r:-exit $rc} / ${identity_r:-?} = $percent_r%" ">= $GZIP_RANDOM_MIN_PERCENT%, MATCH" \
+  "$(jq -r --argjson k "$GZIP_RANDOM_MIN_PERCENT" '.result == "MATCH" and .gzip_wire_bytes * 100 >= .identity_wire_bytes * $k' \
+    "$scratch/gzip_random.out" 2>/dev/null || true)" gzip_random
+note "gzip wire bytes, random catalog" "$zipped_r of $identity_r ($percent_r%)"
+note "random catalog: identity / gzip fetch" "$(field gzip_random '"\(.identity_s * 1e6 | round / 1000) ms / \(.gzip_s * 1e6 | round / 1000) ms"')"
+
 # ─── 8. Keepalive ────────────────────────────────────────────────────────────
 # One run, three phases at once, each on its own channel: an idle gap (8a); a
 # dead peer, played by a relay inside the client's own process, so it works in
@@ -576,32 +637,8 @@ note "full catalog on $LINK: identity / gzip" "$identity_s s / $gzip_s s"
 # keep a NAT entry alive, and the chapter's server PINGs every 5 s, so the
 # control without keepalive talks to a second, quiet server (no PINGs of its
 # own); a third channel without keepalive talks to the chapter's server.
-if [[ $mode == local ]]; then
-  RUST_LOG=info "$bin_dir/routing-server" --listen 127.0.0.1:0 --keepalive-secs 3600 \
-    >"$scratch/quiet.out" 2>"$scratch/quiet.log" &
-  quiet_pid=$!
-  for _ in $(seq 100); do
-    quiet_target=$(grep -o 'local_addr=127\.0\.0\.1:[0-9]*' "$scratch/quiet.log" | head -n 1 | cut -d= -f2 || true)
-    [[ -n $quiet_target ]] && break
-    kill -0 "$quiet_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -n ${quiet_target:-} ]] || { tail -n 20 "$scratch/quiet.log" >&2; die "the quiet routing-server did not start"; }
-else
-  bounded 300 "${compose[@]}" --profile tools up -d --no-build quiet-server >"$scratch/quiet_up.log" 2>&1 ||
-    { cat "$scratch/quiet_up.log" >&2; die "'$COMPOSE up quiet-server' failed"; }
-  quiet_target=quiet-server:9000
-fi
-quiet_status=
-deadline=$((SECONDS + READY_TIMEOUT_S))
-while ((SECONDS < deadline)); do
-  capture quiet_ready grpcurl_ -plaintext -connect-timeout "$READY_PROBE_S" -max-time "$READY_PROBE_S" \
-    -d '{}' "$quiet_target" grpc.health.v1.Health/Check
-  quiet_status=$(field quiet_ready .status)
-  [[ $quiet_status == SERVING ]] && break
-  sleep 1
-done
-[[ $quiet_status == SERVING ]] || fail "10d quiet server reports SERVING" "${quiet_status:-no answer}" "SERVING" quiet_ready
+start_extra quiet quiet-server "10d quiet server reports SERVING" --keepalive-secs 3600
+quiet_target=$extra_target
 capture nat client_ keepalive-client --phases nat --link "$LINK" --nat-idle-secs "$NAT_IDLE_SECS" \
   --idle-secs "$IDLE_SECS" --nat-abandon-secs "$NAT_ABANDON_SECS" --quiet-target "$quiet_target"
 got=$(field nat '"\(.nat_keepalive) / \(.nat_no_keepalive) / \(.nat_server_keepalive)"')
@@ -635,25 +672,16 @@ note "64 KiB: 1 channel vs N channels" "$(field window '"\(.one_channel.mbit_s) 
 # channel through L4 is pinned to one replica; L7, client-side balancing and a
 # connection age spread the calls; keepalive is hop by hop through L7.
 if [[ $mode == local ]]; then
-  lb_log=$scratch/lb
-  mkdir -p "$lb_log"
-  # lb_start VAR NAME ARGS...: a replica on a free port; its address goes to VAR.
-  # The connection module logs at debug, so a policy that trips is seen (11f).
+  # lb_start VAR NAME ARGS...: a replica on a free port (launch_local); its
+  # address goes to VAR. The connection module logs at debug, so a policy
+  # that trips is seen (11f).
   lb_start() {
-    local var=$1 name=$2 addr='' pid
+    local var=$1 name=$2
     shift 2
-    RUST_LOG=info,routing_server::connection=debug "$bin_dir/routing-server" --listen 127.0.0.1:0 --replica "$name" "$@" \
-      >"$lb_log/$name.out" 2>"$lb_log/$name.log" &
-    pid=$!
-    lb_pids+=("$pid")
-    for _ in $(seq 100); do
-      addr=$(grep -o 'local_addr=127\.0\.0\.1:[0-9]*' "$lb_log/$name.log" | head -n 1 | cut -d= -f2 || true)
-      [[ -n $addr ]] && break
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    [[ -n $addr ]] || { tail -n 20 "$lb_log/$name.log" >&2; die "replica $name did not start"; }
-    printf -v "$var" '%s' "$addr"
+    launch_log=info,routing_server::connection=debug launch_local "lb_$name" --replica "$name" "$@"
+    lb_pids+=("$launched_pid")
+    [[ -n $launched_addr ]] || { tail -n 20 "$scratch/lb_$name.log" >&2; die "replica $name did not start"; }
+    printf -v "$var" '%s' "$launched_addr"
   }
   lb_start REPLICA_A a
   lb_start REPLICA_B b
@@ -673,14 +701,14 @@ if [[ $mode == local ]]; then
     base=$((20000 + RANDOM % 12000))
     export LB_L4=127.0.0.1:$base LB_L7=127.0.0.1:$((base + 1)) LB_L4_AGED=127.0.0.1:$((base + 2))
     export LB_L4_SHORT=127.0.0.1:$((base + 3)) LB_L7_SHORT=127.0.0.1:$((base + 4)) LB_STATS=127.0.0.1:$((base + 5))
-    haproxy -db -f lb/haproxy.cfg >"$lb_log/haproxy.out" 2>"$lb_log/haproxy.log" &
+    haproxy -db -f lb/haproxy.cfg >"$scratch/lb_haproxy.out" 2>"$scratch/lb_haproxy.log" &
     haproxy_pid=$!
     # Kept first in the list: it is stopped first.
     lb_pids=("$haproxy_pid" "${lb_pids[@]}")
     sleep 0.5
     kill -0 "$haproxy_pid" 2>/dev/null && break
-    grep -q 'cannot bind socket' "$lb_log/haproxy.log" ||
-      { tail -n 20 "$lb_log/haproxy.log" >&2; die "haproxy -f lb/haproxy.cfg did not start"; }
+    grep -q 'cannot bind socket' "$scratch/lb_haproxy.log" ||
+      { tail -n 20 "$scratch/lb_haproxy.log" >&2; die "haproxy -f lb/haproxy.cfg did not start"; }
     say "  (haproxy: a port of $base..$((base + 5)) is taken, try $try)"
     lb_pids=("${lb_pids[@]:1}")
     haproxy_pid=
@@ -728,9 +756,9 @@ if [[ $mode == local ]]; then
 
   # HAProxy's own connections to the replicas (pooled h2 in L7, idle between
   # calls, PINGed by the replicas) must never trip a policy of theirs.
-  tripped=$(cat "$lb_log"/*.log | grep -cE 'too many pings|too many control frames|ping strike|no HTTP/2 handshake in time' || true)
+  tripped=$(cat "$scratch"/lb_*.log | grep -cE 'too many pings|too many control frames|ping strike|no HTTP/2 handshake in time' || true)
   echo "$tripped" >"$scratch/lb_policies.out"
-  cp "$lb_log/a.log" "$scratch/lb_policies.err"
+  cp "$scratch/lb_a.log" "$scratch/lb_policies.err"
   check "11f HAProxy trips no replica policy" "$tripped strikes, GOAWAYs, handshake closes" "0" \
     "$([[ $tripped == 0 ]] && echo true)" lb_policies
   stop_lb

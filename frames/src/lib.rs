@@ -300,6 +300,11 @@ impl GoAway {
     /// progress (WINDOW_UPDATEs on closed streams, SETTINGS floods).
     pub const TOO_MANY_CONTROL_FRAMES: &'static [u8] = b"too_many_control_frames";
 
+    /// What this server sends a client whose WINDOW_UPDATEs on open
+    /// streams and on the connection outnumber what the DATA it was sent
+    /// could call for.
+    pub const TOO_MANY_WINDOW_UPDATES: &'static [u8] = b"too_many_window_updates";
+
     /// What gRPC servers send a client that pings too often.
     pub fn too_many_pings(last_stream_id: u32) -> Self {
         Self::enhance_your_calm(last_stream_id, Self::TOO_MANY_PINGS)
@@ -308,6 +313,19 @@ impl GoAway {
     /// What this server sends past its control-frame budget.
     pub fn too_many_control_frames(last_stream_id: u32) -> Self {
         Self::enhance_your_calm(last_stream_id, Self::TOO_MANY_CONTROL_FRAMES)
+    }
+
+    /// What this server sends a connection it closes because a response
+    /// on it missed its send deadline.
+    pub const SEND_DEADLINE: &'static [u8] = b"send_deadline";
+
+    /// What this server sends a stalled connection it closes to make room
+    /// in a full response budget.
+    pub const STALLED_HOLDER: &'static [u8] = b"stalled_holder";
+
+    /// What this server sends past its window-update budget.
+    pub fn too_many_window_updates(last_stream_id: u32) -> Self {
+        Self::enhance_your_calm(last_stream_id, Self::TOO_MANY_WINDOW_UPDATES)
     }
 
     /// `ENHANCE_YOUR_CALM`, with `debug_data` naming the rule broken.

@@ -36,7 +36,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::connection::Closer;
+use crate::connection::{CloseRule, Closer};
 
 /// How long a call that made a stalled holder close waits for its room: 1 s.
 /// Closing takes the connection's task one wake-up to drop its streams, so
@@ -253,7 +253,7 @@ impl ByteBudget {
             self.describe()
         );
         victim.closed.store(true, Ordering::Release);
-        victim.closer.close();
+        victim.closer.close(CloseRule::StalledHolder);
         true
     }
 
@@ -444,7 +444,7 @@ mod tests {
 
     fn holder() -> (Arc<Holder>, Arc<tokio::sync::Notify>) {
         let notify = Arc::new(tokio::sync::Notify::new());
-        (Holder::new(Closer(Arc::clone(&notify))), notify)
+        (Holder::new(Closer::new(Arc::clone(&notify))), notify)
     }
 
     /// Given a 100-byte budget with a 40-byte share per connection, one

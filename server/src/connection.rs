@@ -20,8 +20,24 @@
 //!     no progress (WINDOW_UPDATE on a stream that is not open, SETTINGS,
 //!     PRIORITY) past the budget get GOAWAY `ENHANCE_YOUR_CALM`
 //!     `too_many_control_frames`, written and followed in the same way;
+//!   - **window-update budget**
+//!     ([`crate::window_budget::WindowUpdateBudget`]): WINDOW_UPDATEs on
+//!     open streams and on the connection may number at most one per 2 KiB
+//!     of DATA the server sent, 4 per stream opened, plus the budget; past
+//!     it, GOAWAY `ENHANCE_YOUR_CALM` `too_many_window_updates`, written and
+//!     followed in the same way. The reason: an update answers DATA read,
+//!     so one the DATA does not call for makes no progress either, only on
+//!     an open stream, where the control-frame budget does not look; four
+//!     connections flooding them had both cores busy (issue 23);
 //!   - **close on request**: [`Closer::close`] ends a connection whose
-//!     response missed its send deadline ([`crate::edge`]);
+//!     response missed its send deadline ([`crate::edge`]), or that the
+//!     response budget evicts ([`crate::budget`]): GOAWAY
+//!     `ENHANCE_YOUR_CALM` naming the rule (`send_deadline`,
+//!     `stalled_holder`) first, at a frame boundary as above, so the
+//!     client learns why and which streams were not served; a connection
+//!     whose socket takes no GOAWAY within
+//!     [`crate::knobs::GOAWAY_WRITE_GRACE`] (a reader stalled at the TCP
+//!     level) fails its next read or write without one, as before;
 //!   - **fewer, larger writes** for bulk responses ([`crate::coalesce`]);
 //!   - **bytes counted**, as h2 hands them over and as they reach the
 //!     socket, to tell when a response has been acknowledged
@@ -33,7 +49,7 @@ use std::{
     io,
     net::SocketAddr,
     pin::Pin,
-    sync::Arc,
+    sync::{Arc, OnceLock},
     task::{Context, Poll, ready},
     time::{Duration, Instant},
 };
@@ -50,8 +66,10 @@ use crate::coalesce::Coalesce;
 use crate::kernel_queue::{CountWrites, SentBytes};
 use crate::knobs::{
     ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, CONTROL_FRAMES_PER_STREAM, FD_HEADROOM,
-    MAX_PING_STRIKES,
+    GOAWAY_WRITE_GRACE, MAX_PING_STRIKES,
 };
+use crate::tls::{ServerTls, Transport};
+use crate::window_budget::WindowUpdateBudget;
 use h2_frames::{Frame, FrameHeader, FrameTracker, GoAway, encode_frame, flag, kind};
 
 /// A ping this much sooner than the floor is still on time: timers and
@@ -84,6 +102,9 @@ pub struct ConnectionPolicy {
     /// (`TCP_NOTSENT_LOWAT`, see [`crate::knobs::TCP_NOTSENT_LOWAT`]).
     /// `None`: as many as the send buffer holds.
     pub tcp_notsent_lowat: Option<u32>,
+    /// WINDOW_UPDATEs on open streams and the connection beyond what the
+    /// DATA sent calls for ([`WindowUpdateBudget`]; `None`: no guard).
+    pub window_update_budget: Option<u32>,
 }
 
 /// Puts the kernel's buffers for an accepted socket inside the server's
@@ -269,11 +290,29 @@ impl Accepted {
     }
 
     /// Registers the socket with the runtime this is called on (it must be
-    /// called inside one) and applies the connection's policies.
-    pub fn serve(self) -> io::Result<Connection> {
+    /// called inside one) and applies the connection's policies; with
+    /// `tls`, first runs the TLS handshake ([`ServerTls::accept`]), inside
+    /// the same handshake timeout as HTTP/2's.
+    pub async fn serve(self, tls: Option<&ServerTls>) -> io::Result<Connection> {
         // into_std left the socket non-blocking, as from_std requires.
         let stream = TcpStream::from_std(self.stream)?;
-        Ok(Connection::new(stream, self.peer, self.slot, self.policy))
+        let Some(tls) = tls else {
+            return Ok(Connection::new(stream, self.peer, self.slot, self.policy));
+        };
+        // One deadline for the TLS handshake and HTTP/2's.
+        let deadline = tokio::time::Instant::now() + self.policy.handshake_timeout;
+        if let Err(e) = bound_kernel_buffers(&stream, &self.policy) {
+            tracing::debug!(peer = %self.peer, "cannot bound the socket's kernel buffers: {e}");
+        }
+        let (transport, sent) = tls.accept(stream, self.peer, deadline).await?;
+        Ok(Connection::over(
+            transport,
+            sent,
+            self.peer,
+            self.slot,
+            self.policy,
+            deadline,
+        ))
     }
 
     pub fn peer(&self) -> SocketAddr {
@@ -454,13 +493,54 @@ pub struct ConnectionInfo {
 /// Closes one connection from outside its task, e.g. when a response on it
 /// missed its send deadline.
 #[derive(Debug, Clone)]
-pub struct Closer(pub(crate) Arc<Notify>);
+pub struct Closer {
+    notify: Arc<Notify>,
+    /// Why, set by the first [`Closer::close`].
+    rule: Arc<OnceLock<CloseRule>>,
+}
+
+/// Why a connection is closed from outside its task: the rule its GOAWAY
+/// names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseRule {
+    /// A response on it was not acknowledged within the send deadline.
+    SendDeadline,
+    /// The response budget is full, and this connection held the most of
+    /// it with no send progress for the stall time.
+    StalledHolder,
+}
+
+impl CloseRule {
+    /// The GOAWAY's debug data.
+    pub fn debug_data(self) -> &'static [u8] {
+        match self {
+            Self::SendDeadline => GoAway::SEND_DEADLINE,
+            Self::StalledHolder => GoAway::STALLED_HOLDER,
+        }
+    }
+}
 
 impl Closer {
-    /// The connection fails its next read or write, and hyper drops it with
-    /// every stream on it. It is woken if it is waiting.
-    pub fn close(&self) {
-        self.0.notify_one();
+    /// A closer that wakes `notify` (the connection's own, or a test's).
+    pub(crate) fn new(notify: Arc<Notify>) -> Self {
+        Self {
+            notify,
+            rule: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// The connection sends GOAWAY `ENHANCE_YOUR_CALM` naming `rule` at its
+    /// next frame boundary, then ends, and hyper drops it with every stream
+    /// on it; if the GOAWAY cannot be written within
+    /// [`GOAWAY_WRITE_GRACE`], it fails its next read or write without
+    /// one. It is woken if it is waiting. Only the first call's rule counts.
+    pub fn close(&self, rule: CloseRule) {
+        let _ = self.rule.set(rule);
+        self.notify.notify_one();
+    }
+
+    fn rule(&self) -> CloseRule {
+        self.rule.get().copied().unwrap_or(CloseRule::SendDeadline)
     }
 }
 
@@ -503,8 +583,9 @@ fn ack_then(ping_payload: &[u8], goaway: GoAway) -> Vec<u8> {
 #[derive(Debug)]
 pub struct Connection {
     /// Bytes are counted as they reach the socket (below the coalescing
-    /// buffer); those h2 hands over are counted here, as they are watched.
-    stream: Coalesce<CountWrites<TcpStream>>,
+    /// buffer, and below TLS); those h2 hands over are counted here, as
+    /// they are watched.
+    stream: Coalesce<Transport>,
     info: ConnectionInfo,
     /// Held while the connection lives: one slot of the connection cap.
     _slot: OwnedSemaphorePermit,
@@ -516,12 +597,17 @@ pub struct Connection {
     pings: PingPolicy,
     /// `None` when the guard is off.
     control_frames: Option<ControlFrameBudget>,
+    /// `None` when the guard is off.
+    window_updates: Option<WindowUpdateBudget>,
     /// Streams the client opened that the server has not ended yet.
     open_streams: HashSet<u32>,
     /// Highest stream id the client opened, for GOAWAY's last-stream-id.
     last_stream_id: u32,
     goaway: Goaway,
     close_requested: Pin<Box<OwnedNotified>>,
+    /// Running once [`Closer::close`] was called: the GOAWAY must be out
+    /// before it ends.
+    closing: Option<Pin<Box<Sleep>>>,
 }
 
 impl Connection {
@@ -534,12 +620,26 @@ impl Connection {
         if let Err(e) = bound_kernel_buffers(&stream, &policy) {
             tracing::debug!(peer = %remote_addr, "cannot bound the socket's kernel buffers: {e}");
         }
-        let notify = Arc::new(Notify::new());
-        let closer = Closer(Arc::clone(&notify));
         let sent = SentBytes::of(&stream);
-        let written = CountWrites::new(stream, Arc::clone(&sent));
+        let plain = Transport::Plain(CountWrites::new(stream, Arc::clone(&sent)));
+        let deadline = tokio::time::Instant::now() + policy.handshake_timeout;
+        Self::over(plain, sent, remote_addr, slot, policy, deadline)
+    }
+
+    /// A connection over `transport` (plaintext or TLS), whose bytes `sent`
+    /// counts, with `handshake_deadline` for the HTTP/2 handshake.
+    fn over(
+        transport: Transport,
+        sent: Arc<SentBytes>,
+        remote_addr: SocketAddr,
+        slot: OwnedSemaphorePermit,
+        policy: ConnectionPolicy,
+        handshake_deadline: tokio::time::Instant,
+    ) -> Self {
+        let notify = Arc::new(Notify::new());
+        let closer = Closer::new(Arc::clone(&notify));
         Self {
-            stream: Coalesce::new(written),
+            stream: Coalesce::new(transport),
             info: ConnectionInfo {
                 remote_addr,
                 responses: Holder::new(closer.clone()),
@@ -551,14 +651,16 @@ impl Connection {
             // earns a GOAWAY before it.
             inbound: FrameTracker::client_to_server().keeping(kind::PING, PING_PAYLOAD_LEN),
             outbound: FrameTracker::server_to_client(),
-            handshake: Some(Box::pin(tokio::time::sleep(policy.handshake_timeout))),
+            handshake: Some(Box::pin(tokio::time::sleep_until(handshake_deadline))),
             handshake_timeout: policy.handshake_timeout,
             pings: PingPolicy::new(policy.min_ping_interval, policy.permit_pings_without_calls),
             control_frames: policy.control_frame_budget.map(ControlFrameBudget::new),
+            window_updates: policy.window_update_budget.map(WindowUpdateBudget::new),
             open_streams: HashSet::new(),
             last_stream_id: 0,
             goaway: Goaway::None,
             close_requested: Box::pin(notify.notified_owned()),
+            closing: None,
         }
     }
 
@@ -568,6 +670,7 @@ impl Connection {
             inbound,
             pings,
             control_frames,
+            window_updates,
             open_streams,
             last_stream_id,
             goaway: pending,
@@ -585,6 +688,15 @@ impl Connection {
                 tracing::warn!(peer = %info.remote_addr, frame = kind::name(h.kind), "too many control frames: GOAWAY ENHANCE_YOUR_CALM too_many_control_frames");
                 *pending = Goaway::pending(GoAway::too_many_control_frames(*last_stream_id).encode());
             }
+            if let Some(updates) = window_updates.as_mut()
+                && h.kind == kind::WINDOW_UPDATE
+                && (h.stream_id == 0 || open_streams.contains(&h.stream_id))
+                && updates.on_window_update() == ControlVerdict::TooMany
+                && matches!(pending, Goaway::None)
+            {
+                tracing::warn!(peer = %info.remote_addr, stream = h.stream_id, "too many window updates: GOAWAY ENHANCE_YOUR_CALM too_many_window_updates");
+                *pending = Goaway::pending(GoAway::too_many_window_updates(*last_stream_id).encode());
+            }
             match h.kind {
                 kind::SETTINGS if h.has(flag::ACK) => settings_acked = true,
                 kind::HEADERS if h.stream_id > *last_stream_id => {
@@ -592,6 +704,9 @@ impl Connection {
                     open_streams.insert(h.stream_id);
                     if let Some(budget) = control_frames.as_mut() {
                         budget.on_stream_opened();
+                    }
+                    if let Some(updates) = window_updates.as_mut() {
+                        updates.on_stream_opened();
                     }
                 }
                 kind::RST_STREAM => {
@@ -631,10 +746,14 @@ impl Connection {
             outbound,
             pings,
             open_streams,
+            window_updates,
             ..
         } = self;
         outbound.feed(bytes, |frame: Frame<'_>| {
             let h = frame.header;
+            if let (kind::DATA, Some(updates)) = (h.kind, window_updates.as_mut()) {
+                updates.on_data_sent(h.len);
+            }
             match h.kind {
                 kind::HEADERS | kind::DATA => {
                     pings.on_headers_or_data_sent();
@@ -672,15 +791,39 @@ impl Connection {
         Poll::Ready(Ok(()))
     }
 
-    /// Fails with an error when [`Closer::close`] was called.
+    /// Once [`Closer::close`] was called: queues its GOAWAY (unless one is
+    /// already on its way), which the read and write paths send at the
+    /// next frame boundary, and fails with an error if that has not
+    /// happened within [`GOAWAY_WRITE_GRACE`].
     fn check_close_requested(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        match self.close_requested.as_mut().poll(cx) {
-            Poll::Ready(()) => Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "closed by the server: a response missed its send deadline",
-            )),
-            Poll::Pending => Ok(()),
+        if self.closing.is_none() {
+            if self.close_requested.as_mut().poll(cx).is_pending() {
+                return Ok(());
+            }
+            let rule = self.info.closer.rule();
+            if matches!(self.goaway, Goaway::None) {
+                let goaway = GoAway::enhance_your_calm(self.last_stream_id, rule.debug_data());
+                self.goaway = Goaway::pending(goaway.encode());
+            }
+            self.closing = Some(Box::pin(tokio::time::sleep(GOAWAY_WRITE_GRACE)));
         }
+        if matches!(self.goaway, Goaway::Sent) {
+            return Ok(());
+        }
+        let grace_over = self
+            .closing
+            .as_mut()
+            .is_some_and(|grace| grace.as_mut().poll(cx).is_ready());
+        if grace_over {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                format!(
+                    "closed by the server ({:?}); its GOAWAY could not be written within {GOAWAY_WRITE_GRACE:?}",
+                    self.info.closer.rule()
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -761,6 +904,7 @@ impl AsyncWrite for Connection {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        this.check_close_requested(cx)?;
         if !matches!(this.goaway, Goaway::None) {
             // Rare: fall back to one slice at a time, which poll_write limits.
             let first = bufs
@@ -769,7 +913,6 @@ impl AsyncWrite for Connection {
                 .map_or(&[][..], |b| &b[..]);
             return Pin::new(this).poll_write(cx, first);
         }
-        this.check_close_requested(cx)?;
         let n = ready!(Pin::new(&mut this.stream).poll_write_vectored(cx, bufs))?;
         let mut left = n;
         for slice in bufs {
@@ -905,6 +1048,7 @@ mod tests {
             control_frame_budget: Some(1000),
             tcp_user_timeout: None,
             tcp_notsent_lowat: None,
+            window_update_budget: None,
         })
         .await;
 
@@ -1036,6 +1180,7 @@ mod tests {
             control_frame_budget: Some(10),
             tcp_user_timeout: None,
             tcp_notsent_lowat: None,
+            window_update_budget: None,
         })
         .await;
 

@@ -39,7 +39,7 @@ use tower::{Layer, Service};
 
 use crate::{
     budget::{ByteBudget, Refusal, Reservation, mib},
-    connection::ConnectionInfo,
+    connection::{CloseRule, ConnectionInfo},
     kernel_queue::{self, SentBytes},
     knobs::PROGRESS_SLICE,
 };
@@ -494,7 +494,7 @@ fn close_late(connection: Option<&ConnectionInfo>, deadline: Duration) {
             deadline_secs = deadline.as_secs(),
             "response not read within the send deadline: closing the connection"
         );
-        connection.closer.close();
+        connection.closer.close(CloseRule::SendDeadline);
     }
 }
 
@@ -536,7 +536,7 @@ mod tests {
     ) -> (Arc<ByteBudget>, Arc<Notify>, HeldBody, Bytes) {
         let budget = ByteBudget::with_connection_share("test budget", 100, 100, Some(stall));
         let closed = Arc::new(Notify::new());
-        let reader = Holder::new(Closer(Arc::clone(&closed)));
+        let reader = Holder::new(Closer::new(Arc::clone(&closed)));
         let reservation = budget.try_reserve_for(&reader, 100).expect("fits");
         let page = Bytes::from(vec![7u8; 3 * PROGRESS_SLICE / 2]);
         let mut body = HeldBody {
@@ -562,7 +562,7 @@ mod tests {
     #[tokio::test]
     async fn a_slice_written_is_send_progress() {
         let stall = Duration::from_millis(100);
-        let newcomer = Holder::new(Closer(Arc::new(Notify::new())));
+        let newcomer = Holder::new(Closer::new(Arc::new(Notify::new())));
 
         let (budget, closed, body, slice) = reader_holding_all(stall).await;
         tokio::time::sleep(stall * 2).await;

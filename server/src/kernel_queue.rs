@@ -42,6 +42,18 @@
 //! doubles up to [`crate::knobs::QUIET_SOCKET_POLL`]); every response waiting on one
 //! socket shares its answer.
 //!
+//! Over TLS the socket carries more than h2 handed over: the handshake,
+//! each record's header and tag (22 bytes per record of up to 16 KiB in
+//! TLS 1.3), session tickets, alerts. So the two counts are in different
+//! units, ciphertext at the socket and plaintext above TLS, and comparing
+//! them directly would call a response drained up to that overhead too
+//! early. [`SentBytes::plaintext_acked`] converts, never too early: at each
+//! moment rustls holds no ciphertext back ([`crate::tls`] records it), the
+//! socket has been given exactly the plaintext so far plus the overhead so
+//! far. A plaintext byte up to that point sits at most that overhead past
+//! its own offset on the socket, so once the peer has acknowledged `acked`
+//! socket bytes, it has every plaintext byte up to `acked - overhead`.
+//!
 //! Elsewhere than Linux, or when the kernel refuses `sock_diag` (logged
 //! once, at warn), a response counts as sent when h2 releases it, as before:
 //! the send queue is then bounded only by `TCP_NOTSENT_LOWAT` and
@@ -204,7 +216,7 @@ enum Found {
 }
 
 /// A `NETLINK_SOCK_DIAG` socket, with a bound on each answer's wait.
-fn open_diag() -> io::Result<Socket> {
+pub(crate) fn open_diag() -> io::Result<Socket> {
     let diag = Socket::new(
         Domain::from(abi::AF_NETLINK),
         Type::DGRAM,
@@ -274,6 +286,18 @@ pub struct SentBytes {
     accepted: AtomicU64,
     /// Bytes written to the socket.
     written: AtomicU64,
+    /// Over TLS: the last moment rustls held nothing back (`None` in
+    /// plaintext, where both counts are in the same units).
+    tls: Option<QuietPoint>,
+}
+
+/// The last moment a TLS connection's writer held no ciphertext back:
+/// `plaintext` bytes had been encrypted and written, with `overhead` bytes
+/// of TLS on top (handshake, record headers and tags, tickets).
+#[derive(Debug, Default)]
+struct QuietPoint {
+    plaintext: AtomicU64,
+    overhead: AtomicU64,
 }
 
 impl SentBytes {
@@ -299,6 +323,50 @@ impl SentBytes {
     fn written(&self) -> u64 {
         self.written.load(Ordering::Acquire)
     }
+
+    /// Counts for `stream`, which will carry TLS: the socket's count is
+    /// then converted to plaintext ([`Self::plaintext_acked`]).
+    pub fn of_tls(stream: &TcpStream) -> Arc<Self> {
+        Arc::new(Self {
+            socket: socket_of(stream),
+            tls: Some(QuietPoint::default()),
+            ..Self::default()
+        })
+    }
+
+    /// Records that rustls holds nothing back: `plaintext` bytes have gone
+    /// through TLS, and every byte it made of them is on the socket. Call it
+    /// only at such a moment (see [`crate::tls`]).
+    pub fn tls_quiet(&self, plaintext: u64) {
+        if let Some(point) = &self.tls {
+            let overhead = self.written().saturating_sub(plaintext);
+            // The overhead first: whoever reads the new plaintext count
+            // (Acquire) reads this overhead or a later, larger one.
+            point.overhead.fetch_max(overhead, Ordering::Relaxed);
+            point.plaintext.fetch_max(plaintext, Ordering::Release);
+        }
+    }
+
+    /// Plaintext bytes the peer has acknowledged, at least, when it has
+    /// acknowledged `acked` bytes of the socket. In plaintext, `acked`.
+    pub fn plaintext_acked(&self, acked: u64) -> u64 {
+        match &self.tls {
+            None => acked,
+            Some(point) => {
+                let plaintext = point.plaintext.load(Ordering::Acquire);
+                let overhead = point.overhead.load(Ordering::Relaxed);
+                tls_plaintext_acked(acked, plaintext, overhead)
+            }
+        }
+    }
+}
+
+/// Plaintext bytes acknowledged, at least, when the peer has acknowledged
+/// `acked` socket bytes and, at a quiet moment, `plaintext` bytes had gone
+/// out with `overhead` bytes of TLS: each of those bytes ends at most
+/// `overhead` past its plaintext offset, and nothing later is known yet.
+pub fn tls_plaintext_acked(acked: u64, plaintext: u64, overhead: u64) -> u64 {
+    acked.saturating_sub(overhead).min(plaintext)
 }
 
 #[cfg(target_os = "linux")]
@@ -416,7 +484,7 @@ pub async fn drained(bytes: &Arc<SentBytes>, end: u64, mut progressed: impl FnMu
         match poller.state_of(inode) {
             None => return Drain::Unknown,
             Some(Watched { gone: true, .. }) => return Drain::Gone,
-            Some(w) if is_drained(w.acked, end) => return Drain::Acked,
+            Some(w) if is_drained(w.plaintext_acked, end) => return Drain::Acked,
             Some(w) => {
                 if w.acked > acked {
                     acked = w.acked;
@@ -450,8 +518,11 @@ struct Watched {
     bytes: Arc<SentBytes>,
     /// Responses waiting on it.
     waiters: usize,
-    /// Bytes acknowledged, at least, as of the last answer.
+    /// Bytes acknowledged, at least, as of the last answer: of the socket
+    /// (send progress), and of what h2 handed over (what a response's end
+    /// counts in); the same in plaintext.
     acked: u64,
+    plaintext_acked: u64,
     gone: bool,
     /// When to ask next, and how long after that: doubled while the peer
     /// acknowledges nothing, up to [`QUIET_SOCKET_POLL`].
@@ -514,6 +585,7 @@ impl Poller {
                     bytes: Arc::clone(bytes),
                     waiters: 0,
                     acked: 0,
+                    plaintext_acked: 0,
                     gone: false,
                     next: Instant::now() + KERNEL_QUEUE_POLL,
                     interval: KERNEL_QUEUE_POLL,
@@ -595,6 +667,13 @@ impl Poller {
                 match found {
                     Found::Queue(wqueue) => {
                         let acked = acked_at_least(written_before, wqueue);
+                        // Over TLS this can grow with no new acknowledgement:
+                        // the writer became quiet after the count was read.
+                        let plaintext_acked = w.bytes.plaintext_acked(w.acked.max(acked));
+                        if plaintext_acked > w.plaintext_acked {
+                            changed = true;
+                            w.plaintext_acked = plaintext_acked;
+                        }
                         w.interval = if acked > w.acked {
                             changed = true;
                             KERNEL_QUEUE_POLL
@@ -746,6 +825,27 @@ mod tests {
             !is_drained(acked_at_least(5_000, 1), second),
             "one byte short"
         );
+    }
+
+    /// Given a TLS connection that, at its last quiet moment, had written
+    /// 10,000 plaintext bytes with 3,000 bytes of TLS on top (13,000 on the
+    /// socket), when the peer has acknowledged socket bytes, then the
+    /// plaintext acknowledged is never more than the socket bytes minus the
+    /// overhead, nor more than the plaintext known to be out: a response
+    /// ending at plaintext byte 10,000 is drained only once all 13,000 are
+    /// acknowledged, and one ending at 4,000 once 7,000 are.
+    #[test]
+    fn over_tls_a_response_drains_only_once_its_records_are_acknowledged() {
+        let (plaintext, overhead) = (10_000, 3_000);
+        let acked = |socket| tls_plaintext_acked(socket, plaintext, overhead);
+        assert_eq!(acked(2_000), 0, "the handshake alone");
+        assert!(!is_drained(acked(6_999), 4_000));
+        assert!(is_drained(acked(7_000), 4_000));
+        assert!(!is_drained(acked(12_999), 10_000));
+        assert!(is_drained(acked(13_000), 10_000));
+        // More socket bytes than the quiet moment covers: written since,
+        // not yet known to be plaintext of ours.
+        assert_eq!(acked(20_000), plaintext);
     }
 
     /// Bytes written after the count was read but before the kernel was

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use crate::catalog::Filler;
+
 /// Where the server listens unless `--listen` / `ROUTING_LISTEN` says otherwise.
 /// Loopback only: the chapter's commands all use `localhost:9180`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9180";
@@ -313,6 +315,112 @@ pub const COALESCE_MIN_WRITE: usize = 8 * 1024;
 /// compose.yaml allows 15 s before SIGKILL, so the drain can finish.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+// ─── Hardening round three (issue 23) ───────────────────────────────────
+
+/// WINDOW_UPDATEs on open streams and on the connection itself that a
+/// connection may send beyond what the server's DATA calls for: 1,000 (see
+/// [`crate::window_budget`]).
+///
+/// A WINDOW_UPDATE answers DATA the client has read: a receiver sends one
+/// for a stream, and one for the connection, after each few KiB it
+/// consumed. So the updates a client may send grow with the DATA it was
+/// sent: one per [`DATA_BYTES_PER_WINDOW_UPDATE`] (2 KiB, a stream update
+/// and a connection update for every 4 KiB, the smallest refresh any stack
+/// sends: Go's `inflowMinRefresh`), [`WINDOW_UPDATES_PER_STREAM`] for each
+/// stream the client opens, plus this allowance, a running total as in
+/// Envoy's rule. Without it, four connections that ask for full pages with
+/// a tiny window and then send WINDOW_UPDATEs in a tight loop on their open
+/// streams (each lets the server send a byte, or nothing) had the server
+/// take 80 million of them in 15 s on both cores, and another client's
+/// GetQuote median rose from 1 ms to 93–151 ms (issue 23). The
+/// control-frame budget ([`CONTROL_FRAME_BUDGET`]) does not see them: they
+/// are on open streams.
+///
+/// Past it the connection gets GOAWAY `ENHANCE_YOUR_CALM` with debug data
+/// `too_many_window_updates` and is closed, as for the ping floor. A real
+/// client sends at most two updates per 16 KiB DATA frame (h2 and Netty one
+/// per half window, grpc-go per quarter, Go's net/http2 per 4 KiB read at
+/// the most), so a download earns 8 per frame and spends 2 at most; 1,000
+/// covers the handshake's updates and a BDP estimator's window raises many
+/// times over. `--window-update-budget 0` turns the guard off.
+pub const WINDOW_UPDATE_BUDGET: u32 = 1000;
+
+/// DATA payload bytes the server sends for each WINDOW_UPDATE a client may
+/// answer with: 2 KiB (see [`WINDOW_UPDATE_BUDGET`]). Bytes, not frames: a
+/// client with a 1-byte window makes the server send 1-byte DATA frames,
+/// one per update, which earn it nothing. Fixed on purpose: it describes
+/// clients, it is not a tuning knob.
+pub const DATA_BYTES_PER_WINDOW_UPDATE: u64 = 2 * 1024;
+
+/// WINDOW_UPDATEs each stream a client opens may add: 4. A client that
+/// reads many small answers (GetQuote's are about 100 bytes, far less than
+/// 2 KiB) may still send a connection update with each new request, as
+/// grpc-core does when it writes anyway; 4 is twice a stream and a
+/// connection update for each. Fixed on purpose, like
+/// [`CONTROL_FRAMES_PER_STREAM`].
+pub const WINDOW_UPDATES_PER_STREAM: u64 = 4;
+
+/// How long a connection closed from outside (send deadline, a full
+/// response budget's eviction) may take to write its GOAWAY: 1 s.
+///
+/// The GOAWAY (`ENHANCE_YOUR_CALM`, debug data `send_deadline` or
+/// `stalled_holder`) waits for a frame boundary, as every GOAWAY of this
+/// server does, and tells the client why its calls ended and which
+/// streams were never served. A reader stalled at the HTTP/2 level takes
+/// it at once; one stalled at the TCP level takes nothing, so after this
+/// the connection is closed without it, as before, and its memory freed.
+pub const GOAWAY_WRITE_GRACE: Duration = Duration::from_secs(1);
+
+/// Connections the kernel may complete and queue before the server accepts
+/// them (the listen backlog): by default the kernel's own bound,
+/// `net.core.somaxconn` (see [`crate::listen`]).
+///
+/// When the queue is full the kernel drops the next SYN, and that client's
+/// connect takes a retransmission: a second or more. With std's 128, a
+/// storm of 32 clients reconnecting at once (a load balancer restarting, a
+/// fleet redeploying) made 1–11 % of connects take a second or more
+/// (issue 23); Go listens with `somaxconn` (4,096 on Linux since 5.4) and
+/// its clients saw almost none. The kernel caps any value at `somaxconn`.
+/// The memory is the kernel's, per queued connection, only while it waits.
+pub const LISTEN_BACKLOG: Option<u32> = None;
+
+/// The backlog when `somaxconn` cannot be read (not Linux, or no `/proc`):
+/// 4,096, Linux's default since 5.4.
+pub const LISTEN_BACKLOG_FALLBACK: u32 = 4096;
+
+/// Where Linux says its `somaxconn`.
+pub const SOMAXCONN_PATH: &str = "/proc/sys/net/core/somaxconn";
+
+// ─── TLS (server/src/tls.rs) ────────────────────────────────────────────
+
+/// TLS handshakes the server computes at once, over every worker: 16.
+/// A connection whose ClientHello is in waits for a slot (inside its
+/// handshake timeout); it keeps the slot while rustls answers the
+/// ClientHello (the key exchange and the certificate's signature) and
+/// until its worker has run its other tasks once.
+///
+/// A full handshake is the most expensive thing a client can make this
+/// server do, about 0.5 ms of server CPU (docs/tls.md), against a few
+/// microseconds for a GetQuote on an open connection. Handshakes run on the
+/// workers, beside the calls of established connections, so without a
+/// bound a burst of new connections queues any number of them ahead of
+/// those calls. With it, a worker computes at most 16 between two looks at
+/// its sockets, so a call on an established connection waits behind at
+/// most about 8 ms of handshakes, whatever the flood. Handshake throughput
+/// is not lowered: the slots come free as fast as the CPU computes. A
+/// client that sends nothing, or stalls after its ClientHello, holds no
+/// slot, so stalled clients cannot lock real ones out. grpc-go has no such
+/// bound (each connection's handshake runs in a goroutine of its own, with
+/// a 120 s timeout).
+pub const TLS_HANDSHAKES_IN_FLIGHT: usize = 16;
+
+/// Whether the server issues TLS session tickets (stateless, encrypted with
+/// a key that rustls rotates every 6 hours): yes, as Go's crypto/tls does.
+/// A client that kept a ticket resumes: no certificate and no signature,
+/// so its handshake costs the server much less CPU (docs/tls.md has the
+/// figures); it still costs the round trip. Off, every handshake is full.
+pub const TLS_SESSION_TICKETS: bool = true;
+
 // ─── Connection lifetime and the replica's name (issue 21, see lifetime.rs) ───
 
 /// Maximum connection age: off by default, as in grpc-go
@@ -462,6 +570,54 @@ pub struct Config {
     #[arg(long, env = "ROUTING_NO_GZIP")]
     pub no_gzip: bool,
 
+    /// What the catalog's padding is made of: `repeated` (`X`s, which gzip
+    /// shrinks to 0.14 %) or `random` (seeded printable characters that
+    /// barely shrink). Same sizes, ids and prices either way.
+    #[arg(long, env = "ROUTING_FILLER", value_enum, default_value_t = Filler::Repeated)]
+    pub filler: Filler,
+
+    // Hardening round three (issue 23)
+    /// WINDOW_UPDATEs on open streams and the connection a connection may send
+    /// beyond one per 2 KiB of DATA sent to it and 4 per stream it opens; past
+    /// it, GOAWAY too_many_window_updates (0 turns the guard off).
+    #[arg(long, env = "ROUTING_WINDOW_UPDATE_BUDGET", default_value_t = WINDOW_UPDATE_BUDGET)]
+    pub window_update_budget: u32,
+
+    /// Connections the kernel may queue before they are accepted (listen backlog)
+    /// [default: the kernel's net.core.somaxconn, or 4096 if it cannot be read].
+    #[arg(long, env = "ROUTING_LISTEN_BACKLOG", value_parser = clap::value_parser!(u32).range(1..))]
+    pub listen_backlog: Option<u32>,
+
+    // ─── TLS (server/src/tls.rs) ─────────────────────────────────────────
+    /// Serve TLS with this certificate chain (PEM, the server's certificate
+    /// first); needs --tls-key. Without both, the server speaks plaintext.
+    #[arg(
+        long,
+        env = "ROUTING_TLS_CERT",
+        requires = "tls_key",
+        value_name = "PATH"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1); needs --tls-cert.
+    #[arg(
+        long,
+        env = "ROUTING_TLS_KEY",
+        requires = "tls_cert",
+        value_name = "PATH"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
+
+    /// TLS handshakes computed at once; more wait for a slot within their handshake timeout.
+    #[arg(long, env = "ROUTING_TLS_HANDSHAKES_IN_FLIGHT", default_value_t = TLS_HANDSHAKES_IN_FLIGHT,
+          value_parser = at_least_one_handshake)]
+    pub tls_handshakes_in_flight: usize,
+
+    /// Whether to issue TLS session tickets, so clients can resume (true or false).
+    #[arg(long, env = "ROUTING_TLS_SESSION_TICKETS", default_value_t = TLS_SESSION_TICKETS,
+          action = clap::ArgAction::Set)]
+    pub tls_session_tickets: bool,
+
     // ─── Connection lifetime and the replica's name (issue 21, lifetime.rs) ───
     /// Seconds after which a connection gets a graceful GOAWAY (±10 % jitter), so
     /// its client reconnects and a load balancer picks again [default: never].
@@ -513,12 +669,22 @@ pub fn listen_address(text: &str) -> Result<std::net::SocketAddr, String> {
         .ok_or_else(|| format!("{text:?} resolves to no address; {hint}"))
 }
 
+/// Parses a number of TLS handshake slots, at least 1.
+fn at_least_one_handshake(text: &str) -> Result<usize, String> {
+    at_least_one(text, "handshake")
+}
+
 /// Parses a thread count of at least 1.
 fn at_least_one_thread(text: &str) -> Result<usize, String> {
+    at_least_one(text, "thread")
+}
+
+/// Parses a count of at least one `unit`, with a message that says so.
+fn at_least_one(text: &str, unit: &str) -> Result<usize, String> {
     match text.trim().parse::<usize>() {
-        Ok(0) => Err("must be at least 1 thread".into()),
+        Ok(0) => Err(format!("must be at least 1 {unit}")),
         Ok(n) => Ok(n),
-        Err(_) => Err(format!("{text:?} is not a whole number of threads")),
+        Err(_) => Err(format!("{text:?} is not a whole number of {unit}s")),
     }
 }
 
@@ -590,6 +756,11 @@ impl Config {
         secs(self.drain_secs)
     }
 
+    /// `None` when the guard is switched off (`--window-update-budget 0`).
+    pub fn window_update_budget(&self) -> Option<u32> {
+        (self.window_update_budget > 0).then_some(self.window_update_budget)
+    }
+
     /// `None`: connections have no maximum age.
     pub fn max_connection_age(&self) -> Option<Duration> {
         self.max_connection_age_secs.map(secs)
@@ -634,6 +805,16 @@ impl Default for Config {
             worker_threads: WORKER_THREADS,
             drain_secs: DRAIN_TIMEOUT.as_secs(),
             no_gzip: false,
+            filler: Filler::Repeated,
+            // Hardening round three (issue 23)
+            window_update_budget: WINDOW_UPDATE_BUDGET,
+            listen_backlog: LISTEN_BACKLOG,
+            // TLS (tls.rs)
+            tls_cert: None,
+            tls_key: None,
+            tls_handshakes_in_flight: TLS_HANDSHAKES_IN_FLIGHT,
+            tls_session_tickets: TLS_SESSION_TICKETS,
+            // Connection lifetime and the replica's name (lifetime.rs)
             max_connection_age_secs: MAX_CONNECTION_AGE.map(|d| d.as_secs()),
             max_connection_age_grace_secs: MAX_CONNECTION_AGE_GRACE.map(|d| d.as_secs()),
             max_connection_idle_secs: MAX_CONNECTION_IDLE.map(|d| d.as_secs()),

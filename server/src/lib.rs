@@ -20,6 +20,7 @@
 //! - [`budget`]: the server-wide byte budgets behind them.
 //! - [`kernel_queue`]: when a response has really reached the client: the
 //!   kernel's send queue per connection, asked of `sock_diag` (netlink).
+//! - [`listen`]: the listening socket, with the kernel's listen backlog.
 //! - [`server`]: [`run`] assembles routing, health and reflection, applies
 //!   h2's own guards, and drains on shutdown; [`LocalServer`] runs it on a
 //!   free port for tests.
@@ -27,6 +28,12 @@
 //!   server's drain, and the `routing-replica` response header.
 //! - [`workers`]: thread-per-core serving: one current-thread runtime per
 //!   worker, each connection on one worker for its whole life.
+//! - [`window_budget`]: how many WINDOW_UPDATEs the DATA sent calls for.
+//! - [`tls`]: TLS on the server's port (`--tls-cert`, `--tls-key`): the
+//!   handshake on the worker, inside the handshake timeout, and the
+//!   transport under the connection's policies.
+//! - [`dev_cert`]: `routing-server dev-cert`: a local CA and a server
+//!   certificate, made with rcgen.
 //! - [`probe`]: the health probe behind `routing-server probe`.
 //! - [`shutdown`]: Ctrl+C and SIGTERM.
 
@@ -34,16 +41,20 @@ pub mod budget;
 pub mod catalog;
 pub mod coalesce;
 pub mod connection;
+pub mod dev_cert;
 pub mod edge;
 pub mod kernel_queue;
 pub mod knobs;
 pub mod lifetime;
+pub mod listen;
 pub mod page_codec;
 pub mod probe;
 pub mod quote;
 pub mod server;
 pub mod service;
 pub mod shutdown;
+pub mod tls;
+pub mod window_budget;
 pub mod workers;
 
 pub use knobs::Config;

@@ -7,6 +7,9 @@
 //! $ cargo run --release -p routing-server
 //! $ cargo run --release -p routing-server -- --help # every knob, flag and env var
 //! $ cargo run --release -p routing-server -- probe  # exit 0 only when SERVING
+//! $ cargo run --release -p routing-server -- dev-cert --out certs   # a local CA and a server certificate
+//! $ cargo run --release -p routing-server -- --listen 127.0.0.1:9443 \
+//!       --tls-cert certs/server.pem --tls-key certs/server.key      # TLS (see docs/tls.md)
 //! ```
 //!
 //! Logs go to stderr (`RUST_LOG=routing_server=debug` for one line per call); nothing is
@@ -15,7 +18,7 @@
 use std::{io::IsTerminal, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
-use routing_server::{Config, probe::probe, shutdown};
+use routing_server::{Config, probe::probe, shutdown, tls::BadTlsInput};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tracing_subscriber::EnvFilter;
 
@@ -38,6 +41,13 @@ enum Command {
         /// Seconds to wait for the answer.
         #[arg(long, default_value_t = 3)]
         timeout_secs: u64,
+    },
+    /// Write a local CA (ca.pem) and a server certificate it signed (server.pem,
+    /// server.key) for localhost, 127.0.0.1, server and server-tls.
+    DevCert {
+        /// Directory to write the three files into (made if missing).
+        #[arg(long, value_name = "DIR")]
+        out: std::path::PathBuf,
     },
 }
 
@@ -102,10 +112,16 @@ async fn run(cli: Cli) -> ExitCode {
                     other => Err(format!("{target} is {}", other.as_str_name()).into()),
                 }
             }),
+        Some(Command::DevCert { out }) => dev_cert(&out),
         None => serve(cli.config).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
+        // A TLS flag's file is unusable: a usage error, as clap's are.
+        Err(e) if e.is::<BadTlsInput>() => {
+            tracing::error!("{e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             tracing::error!("{e}");
             ExitCode::FAILURE
@@ -113,7 +129,17 @@ async fn run(cli: Cli) -> ExitCode {
     }
 }
 
+fn dev_cert(out: &std::path::Path) -> Result<(), routing_server::server::Error> {
+    let made = routing_server::dev_cert::generate(&routing_server::dev_cert::SERVER_NAMES)?;
+    made.write_to(out)
+        .map_err(|e| format!("cannot write into {}: {e}", out.display()))?;
+    tracing::info!(dir = %out.display(), names = ?routing_server::dev_cert::SERVER_NAMES, "wrote ca.pem, server.pem and server.key");
+    Ok(())
+}
+
 async fn serve(config: Config) -> Result<(), routing_server::server::Error> {
-    let listener = routing_server::server::bind(config.listen).await?;
+    // The TLS files are checked before the port is taken (and again by run).
+    routing_server::tls::ServerTls::from_config(&config)?;
+    let listener = routing_server::server::bind_with_backlog(config.listen, &config)?;
     routing_server::run(listener, config, shutdown::signal()).await
 }

@@ -31,7 +31,9 @@ use crate::{
     edge::{EdgeConfig, EdgeLayer},
     knobs::Config,
     lifetime::{self, Drain, DrainWatcher, Lifetime},
+    listen,
     service::{RoutingApi, RoutingServer},
+    tls::ServerTls,
     workers::{self, Workers},
 };
 
@@ -51,7 +53,11 @@ fn routing_api(config: &Config) -> RoutingApi {
         config.response_share_bytes(),
         Some(config.stalled_holder_after()),
     );
-    RoutingApi::new(Catalog::new(), response_budget, config.send_deadline())
+    RoutingApi::new(
+        Catalog::with_filler(config.filler),
+        response_budget,
+        config.send_deadline(),
+    )
 }
 
 /// The routing service around `api`, which may be shared: a clone shares its
@@ -134,6 +140,7 @@ pub async fn run(
         .layer(services))
     };
     let http2 = http2_settings(&config);
+    let tls = ServerTls::from_config(&config)?;
 
     let local_addr = listener.local_addr()?;
     let max_connections = config
@@ -150,27 +157,28 @@ pub async fn run(
             tcp_user_timeout: Some(config.keepalive_timeout()),
             tcp_notsent_lowat: config.tcp_notsent_lowat(),
             control_frame_budget: config.control_frame_budget(),
+            window_update_budget: config.window_update_budget(),
         },
     );
     let connections = Drain::new();
     let lifetime = Arc::new(Lifetime::from_config(&config));
     let mut serve = Vec::with_capacity(workers);
     for _ in 0..workers {
-        let (service, http2) = (worker_service()?, http2.clone());
+        let (service, http2, tls) = (worker_service()?, http2.clone(), tls.clone());
         let lifetime = Arc::clone(&lifetime);
         serve.push(move |(accepted, watcher)| {
-            let service = service.clone();
             serve_connection(
                 accepted,
                 watcher,
-                service,
+                service.clone(),
                 http2.clone(),
+                tls.clone(),
                 Arc::clone(&lifetime),
             )
         });
     }
     let mut workers = Workers::start(serve)?;
-    tracing::info!(%local_addr, ?config, max_connections, workers = workers.len(), "serving shipping.routing.v1.RoutingService");
+    tracing::info!(%local_addr, ?config, max_connections, workers = workers.len(), tls = tls.is_some(), "serving shipping.routing.v1.RoutingService");
 
     let mut shutdown = pin!(shutdown);
     loop {
@@ -214,6 +222,7 @@ async fn serve_connection<S>(
     watcher: DrainWatcher,
     service: S,
     http2: http2::Builder<TokioExecutor>,
+    tls: Option<ServerTls>,
     lifetime: Arc<Lifetime>,
 ) where
     S: Service<http::Request<Incoming>, Response = http::Response<Body>, Error = Infallible>
@@ -223,10 +232,10 @@ async fn serve_connection<S>(
     S::Future: Send + Unpin + 'static,
 {
     let peer = accepted.peer();
-    let connection = match accepted.serve() {
+    let connection = match accepted.serve(tls.as_ref()).await {
         Ok(connection) => connection,
         Err(e) => {
-            tracing::debug!(%peer, "cannot serve the connection on this worker: {e}");
+            tracing::debug!(%peer, "connection not served: {e}");
             return;
         }
     };
@@ -366,17 +375,33 @@ where
     }
 }
 
-/// Binds the listening socket. When the port is taken, the error says how
-/// to choose another.
+/// Binds the listening socket as tokio does (mio asks for std's backlog,
+/// 128), for the stock tonic example. When the port is taken,
+/// the error says how to choose another.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(addr).await.map_err(|e| {
-        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
-            ": another process listens there; choose another address with --listen HOST:PORT or ROUTING_LISTEN"
-        } else {
-            ""
-        };
-        format!("cannot listen on {addr}: {e}{hint}").into()
-    })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| cannot_listen(addr, e))
+}
+
+/// Binds the listening socket with `config`'s listen backlog
+/// ([`crate::listen`]), as `routing-server` does.
+pub fn bind_with_backlog(addr: SocketAddr, config: &Config) -> Result<TcpListener, Error> {
+    let backlog = listen::backlog(config.listen_backlog);
+    listen::bind_std(addr, backlog)
+        .and_then(TcpListener::from_std)
+        .map_err(|e| cannot_listen(addr, e))
+}
+
+/// The error for a socket that cannot listen on `addr`; when the port is
+/// taken, it says how to choose another.
+fn cannot_listen(addr: SocketAddr, e: std::io::Error) -> Error {
+    let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+        ": another process listens there; choose another address with --listen HOST:PORT or ROUTING_LISTEN"
+    } else {
+        ""
+    };
+    format!("cannot listen on {addr}: {e}{hint}").into()
 }
 
 /// A server running in the background on a free loopback port. Integration
@@ -391,7 +416,8 @@ pub struct LocalServer {
 impl LocalServer {
     /// Binds `127.0.0.1:0` (ignoring `config.listen`) and starts serving.
     pub async fn start(config: Config) -> Result<Self, Error> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let listener = bind_with_backlog(loopback, &config)?;
         let addr = listener.local_addr()?;
         let (shutdown, stop) = oneshot::channel::<()>();
         let task = tokio::spawn(run(listener, config, async {

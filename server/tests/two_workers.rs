@@ -1,4 +1,4 @@
-//! The hardening, shutdown and contract suites again, each server served by
+//! The hardening (both rounds' files), shutdown and contract suites again, each server served by
 //! two workers instead of one: every connection-level rule must hold on
 //! whichever worker a connection lands, and the drain must reach them all.
 //! The support module reads this crate's name (`support::workers`); set
@@ -16,6 +16,8 @@
 mod contract;
 #[path = "hardening.rs"]
 mod hardening;
+#[path = "hardening_three.rs"]
+mod hardening_three;
 #[path = "shutdown.rs"]
 mod shutdown;
 

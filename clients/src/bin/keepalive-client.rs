@@ -418,6 +418,19 @@ async fn nat_phase(args: &Args) -> Result<NatReport, Error> {
             "the nat phase needs a NAT: add --nat-idle-secs (e.g. 6, below --idle-secs)".into(),
         );
     };
+    if args.quiet_target.is_none() {
+        // Not an error: the phase still shows keepalive keeping the flow. But
+        // the control cannot fail against a server that PINGs, so say so
+        // before a reader takes its SURVIVED for a verdict on keepalive.
+        tracing::warn!(
+            target = %args.baseline.target,
+            "no --quiet-target: the channel without keepalive talks to --target, whose \
+             server PINGs (every 5 s by default) and so keeps the NAT entry alive; \
+             nat_no_keepalive will say SURVIVED. For the control, start \
+             `routing-server --listen 127.0.0.1:9182 --keepalive-secs 3600` and pass \
+             --quiet-target 127.0.0.1:9182"
+        );
+    }
     let quiet = args.quiet_target.as_ref().unwrap_or(&args.baseline.target);
     let keepalive = args
         .baseline

@@ -1,4 +1,4 @@
-//! The attacks of issues 6 and 14, each bounded in count and time, each against the
+//! The attacks of issues 6, 14 and 23, each bounded in count and time, each against the
 //! one loopback target only, and the one-line report every attack prints.
 //!
 //! Every attack runs between a [`Monitor`] (server RSS and CPU from `/proc`,
@@ -12,6 +12,7 @@ pub mod contenttype;
 pub mod lockout;
 pub mod madeyoureset;
 pub mod pingflood;
+pub mod reconnect;
 pub mod slowbody;
 pub mod stall;
 pub mod tcpstall;
@@ -55,16 +56,18 @@ pub enum Attack {
     Pingflood,
     /// Idle connections after two pages in 16 MiB frames (issue 14, A).
     Bigframes,
-    /// WINDOW_UPDATEs on a closed stream (issue 14, D).
+    /// WINDOW_UPDATEs on a closed stream (issue 14, D), or on open ones (issue 23).
     Wuflood,
     /// Tiny TCP receive buffers, huge HTTP/2 windows, never read (issue 14 B).
     Tcpstall,
     /// One client refills the response budget with window-0 streams (issue 14 C).
     Lockout,
+    /// Many clients opening and closing connections as fast as they can (issue 23).
+    Reconnect,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 11] = [
+    pub const ALL: [Attack; 12] = [
         Attack::Stall,
         Attack::Madeyoureset,
         Attack::Fdflood,
@@ -76,6 +79,7 @@ impl Attack {
         Attack::Wuflood,
         Attack::Tcpstall,
         Attack::Lockout,
+        Attack::Reconnect,
     ];
 
     pub fn name(self) -> &'static str {
@@ -91,6 +95,7 @@ impl Attack {
             Attack::Wuflood => "wuflood",
             Attack::Tcpstall => "tcpstall",
             Attack::Lockout => "lockout",
+            Attack::Reconnect => "reconnect",
         }
     }
 }
@@ -188,6 +193,12 @@ pub struct Knobs {
     /// wuflood: replace a connection the server closes, at once, until the time is up.
     #[arg(long)]
     pub wuflood_reconnect: bool,
+    /// wuflood: flood a closed stream (issue 14) or full-page streams held open by a 1-byte window (issue 23).
+    #[arg(long, value_enum, default_value_t = wuflood::FloodOn::Closed)]
+    pub wuflood_on: wuflood::FloodOn,
+    /// wuflood --wuflood-on open: full-page streams each connection holds open and floods.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub wuflood_streams: u32,
 
     /// tcpstall: connections.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=5_000))]
@@ -220,6 +231,16 @@ pub struct Knobs {
     /// lockout: milliseconds between the normal client's full-page calls.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     pub lockout_every_ms: u64,
+
+    /// reconnect: clients that each open and close connections as fast as they can.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub reconnect_clients: u32,
+    /// reconnect: seconds the storm lasts.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub reconnect_secs: u64,
+    /// reconnect: send the HTTP/2 preface and SETTINGS, and close once the server's SETTINGS arrive.
+    #[arg(long)]
+    pub reconnect_preface: bool,
 
     /// End an attack early once the server's RSS has grown by this many MiB (local servers only).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..=65_536))]
@@ -339,6 +360,7 @@ pub async fn run(attack: Attack, ctx: &Context) -> Result<Report, Error> {
         Attack::Wuflood => wuflood::run(ctx).await,
         Attack::Tcpstall => tcpstall::run(ctx).await,
         Attack::Lockout => lockout::run(ctx).await,
+        Attack::Reconnect => reconnect::run(ctx).await,
     };
     let secs = started.elapsed().as_secs_f64();
     let probe = probe.stop().await;

@@ -16,10 +16,12 @@ use std::{
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use h2_frames::{FrameTracker, kind};
+use harness::frame::{ErrorCode, Goaway};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
+use routing_clients::sample_quote_request;
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use routing_server::{Config, LocalServer};
 use tokio::{
@@ -262,4 +264,38 @@ pub async fn read_reply(response: http::Response<hyper::body::Incoming>) -> RawR
         message: body,
         grpc_status,
     }
+}
+
+/// Another, well-behaved client gets its quote.
+pub async fn others_are_served(server: &LocalServer) {
+    let mut client = client(server).await;
+    let quote = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        client.get_quote(sample_quote_request()),
+    )
+    .await
+    .expect("GetQuote answered in time")
+    .expect("GetQuote succeeds");
+    assert_eq!(
+        quote
+            .into_inner()
+            .quote
+            .expect("a quote")
+            .price
+            .expect("a price")
+            .amount,
+        "1001.00"
+    );
+}
+
+/// GOAWAY ENHANCE_YOUR_CALM, with debug data naming `rule`; returns it.
+pub fn assert_calm(goaway: Option<Goaway>, rule: &str) -> Goaway {
+    let goaway = goaway.expect("a GOAWAY");
+    assert_eq!(
+        goaway.error_code,
+        ErrorCode::ENHANCE_YOUR_CALM,
+        "{goaway:?}"
+    );
+    assert_eq!(goaway.debug_text(), rule);
+    goaway
 }

@@ -1,0 +1,116 @@
+//! The listening socket, with the kernel's own listen backlog
+//! ([`crate::knobs::LISTEN_BACKLOG`]).
+//!
+//! The backlog is how many connections the kernel completes and queues
+//! for the server before `accept()` takes them. When it is full, the
+//! kernel drops the next client's SYN, and that client's connect waits for
+//! a retransmission, a second or more. Rust's std listener asks for 128;
+//! Go asks for what `/proc/sys/net/core/somaxconn` says (4,096 on Linux
+//! since 5.4), and so does this server, unless `--listen-backlog` says
+//! otherwise. The kernel caps whatever is asked at `somaxconn`.
+
+use std::{io, net::SocketAddr};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::knobs::{LISTEN_BACKLOG_FALLBACK, SOMAXCONN_PATH};
+
+/// The backlog to ask for: `configured` if set, otherwise the kernel's
+/// `somaxconn` (read from [`SOMAXCONN_PATH`]), otherwise
+/// [`LISTEN_BACKLOG_FALLBACK`]. Logs which, and why.
+pub fn backlog(configured: Option<u32>) -> u32 {
+    if let Some(backlog) = configured {
+        tracing::info!(backlog, "listen backlog: set by --listen-backlog");
+        return backlog;
+    }
+    let somaxconn = std::fs::read_to_string(SOMAXCONN_PATH).ok();
+    let backlog = backlog_from(None, somaxconn.as_deref());
+    tracing::info!(
+        backlog,
+        somaxconn = somaxconn.as_deref().map(str::trim),
+        "listen backlog: the kernel's somaxconn ({SOMAXCONN_PATH}), or {LISTEN_BACKLOG_FALLBACK} if it cannot be read"
+    );
+    backlog
+}
+
+/// [`backlog`] without the file: `configured`, else `somaxconn_text` as
+/// the kernel writes it (`"4096\n"`), else the fallback (also for 0 or
+/// text that is not a number).
+pub fn backlog_from(configured: Option<u32>, somaxconn_text: Option<&str>) -> u32 {
+    configured
+        .or_else(|| {
+            somaxconn_text
+                .and_then(|text| text.trim().parse::<u32>().ok())
+                .filter(|&n| n > 0)
+        })
+        .unwrap_or(LISTEN_BACKLOG_FALLBACK)
+}
+
+/// A non-blocking listener on `addr` with `backlog`, ready for
+/// `tokio::net::TcpListener::from_std`. `SO_REUSEADDR` is set, as tokio's
+/// own `bind` does on Unix, so a restarted server can listen again at
+/// once while its old connections sit in TIME_WAIT.
+pub fn bind_std(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    #[cfg(unix)]
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
+    Ok(socket.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A configured backlog wins; otherwise the kernel's number; otherwise
+    /// (no file, 0, not a number) 4,096, as Go falls back.
+    #[test]
+    fn the_backlog_is_configured_else_somaxconn_else_4096() {
+        assert_eq!(backlog_from(Some(64), Some("4096\n")), 64);
+        assert_eq!(backlog_from(None, Some("4096\n")), 4096);
+        assert_eq!(backlog_from(None, Some(" 65535 ")), 65535);
+        assert_eq!(backlog_from(None, None), 4096);
+        assert_eq!(backlog_from(None, Some("0")), 4096);
+        assert_eq!(backlog_from(None, Some("lots")), 4096);
+    }
+
+    /// What the kernel holds as a listening socket's backlog
+    /// (`sk_max_ack_backlog`, the `Send-Q` that `ss -l` shows): `sock_diag`
+    /// reports it as the socket's `idiag_wqueue`.
+    #[cfg(target_os = "linux")]
+    fn kernel_backlog(listener: &std::net::TcpListener) -> u32 {
+        use crate::kernel_queue::{Reply, SocketId, parse_reply, request};
+        use std::io::Read;
+        let local = listener.local_addr().expect("local address");
+        let any: SocketAddr = "0.0.0.0:0".parse().expect("address");
+        let id = SocketId {
+            local,
+            peer: any,
+            inode: 0,
+        };
+        let diag = crate::kernel_queue::open_diag().expect("sock_diag opens");
+        diag.send(&request(&id, 7)).expect("asks");
+        let mut buf = [0u8; 1024];
+        let mut reader: &Socket = &diag;
+        let n = reader.read(&mut buf).expect("an answer");
+        match parse_reply(&buf[..n]) {
+            Reply::Queue { wqueue, .. } => wqueue,
+            other => panic!("no listener found: {other:?}"),
+        }
+    }
+
+    /// Given a backlog of 7 and one of 100, when each listener is bound,
+    /// then the kernel holds exactly that backlog for it (both are under
+    /// any `somaxconn` there has been, which would cap them).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_kernel_holds_the_backlog_asked_for() {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().expect("address");
+        for asked in [7, 100] {
+            let listener = bind_std(loopback, asked).expect("binds");
+            assert_eq!(kernel_backlog(&listener), asked);
+        }
+    }
+}
