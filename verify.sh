@@ -28,6 +28,17 @@ NAT_ABANDON_SECS=${NAT_ABANDON_SECS:-3}   # the call after the gap is abandoned 
 # at most W bytes be in flight per round trip, so throughput <= W ÷ RTT.
 WINDOW_FLOOR_MARGIN=${WINDOW_FLOOR_MARGIN:-0.9} # 64 KiB fetch time >= bytes ÷ (65,535 B ÷ RTT) x this
 WINDOW_SPEEDUP=${WINDOW_SPEEDUP:-5}       # tonic-default Mbit/s > 64 KiB Mbit/s x this (ceilings: 2 MiB ÷ 64 KiB = 32x)
+# Rows 11: behind a load balancer (HAProxy, lb/haproxy.cfg; --local mode only for
+# now). Shares are of the calls each of 3 replicas answered (routing-replica header).
+PINNED_SHARE=${PINNED_SHARE:-0.95}        # L4, one channel: busiest replica's share >= this; one connection is one replica: 1.0
+SPREAD_SHARE=${SPREAD_SHARE:-0.2}         # L7 and client-side: each replica >= this; round robin gives 1/3, tonic's random p2c 1/3 ± 0.03 (1 sd, 300 calls)
+AGED_SHARE=${AGED_SHARE:-0.1}             # L4 to replicas aged 3 s, 10 s of calls: each >= this; ~4 connections of ~3 s, round robin gives each one
+BALANCE_CALLS=${BALANCE_CALLS:-300}       # calls per balance-client phase
+AGED_SECS=${AGED_SECS:-10}                # l4_aged calls for this long (s): 3 ages of 3 s, so every replica gets a turn
+LB_AGE_SECS=3                             # the aged replicas' --max-connection-age-secs (±10 % jitter)
+LB_GRACE_SECS=2                           # and --max-connection-age-grace-secs
+# The keepalive row (11e) uses lb/haproxy.cfg's *_short frontends: 6 s idle
+# timeouts, below the 8 s gap (IDLE_SECS) and above the client's 5 s keepalive.
 # Rows 12: TLS (server/src/tls.rs, docs/tls.md), --local mode only for now.
 # A new TLS 1.3 connection costs TCP set-up (1 RTT), then the TLS handshake
 # (1 RTT: ClientHello out, the server's flight back), before its call (1 RTT).
@@ -77,6 +88,8 @@ Modes:
                  The same with Podman. Readiness is polled by this script.
   --local        No containers: builds with cargo, starts routing-server on a
                  free loopback port, and uses grpcurl and ghz from PATH.
+                 Section 11 also starts six replicas and haproxy (PATH)
+                 with lb/haproxy.cfg.
                  The binaries are taken from cargo's target directory
                  (CARGO_TARGET_DIR is honoured).
   --no-build     Use images (or, with --local, release binaries) that
@@ -117,6 +130,7 @@ cd "$(dirname "$0")"
 scratch=$(mktemp -d)
 server_pid=
 tls_pid=
+lb_pids=() # section 11: HAProxy first, then its replicas
 compose_up=no
 read -r -a compose <<<"$COMPOSE"
 # Passed as -p too: every compose implementation and version takes the flag,
@@ -135,6 +149,7 @@ if [[ $mode == local ]]; then
   go_path_hint='then put the directory go installs into on PATH: export PATH="$(go env GOPATH)/bin:$PATH"'
   need grpcurl "CGO_ENABLED=0 go install -ldflags '-X main.version=v1.9.3' github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3, $go_path_hint"
   need ghz "CGO_ENABLED=0 go install -ldflags '-X main.version=v0.121.0' github.com/bojand/ghz/cmd/ghz@v0.121.0, $go_path_hint"
+  need haproxy "apt-get install haproxy | dnf install haproxy | brew install haproxy"
 elif [[ ${compose[0]} == podman-compose ]]; then
   need podman "apt-get install podman | dnf install podman"
   need podman-compose "pipx install podman-compose (on Debian 12 and other PEP 668 systems plain pip install is refused)"
@@ -159,9 +174,20 @@ server_log() { # the tail of the server's log, for evidence
   fi
 }
 
+stop_lb() { # section 11's processes: HAProxy first, so the replicas drain at once
+  local pid
+  for pid in ${lb_pids[@]+"${lb_pids[@]}"}; do
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  lb_pids=()
+}
+
 cleanup() {
   local rc=$?
   for pid in "${extra_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  stop_lb
   if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
     kill -TERM "$server_pid" 2>/dev/null || true
     # The server drains for up to 10 s; do not wait longer than that and a bit.
@@ -318,7 +344,7 @@ launch_local() {
   local name=$1
   shift
   launched_addr=
-  RUST_LOG=info "$bin_dir/routing-server" --listen 127.0.0.1:0 "$@" >"$scratch/$name.out" 2>"$scratch/$name.log" &
+  RUST_LOG=${launch_log:-info} "$bin_dir/routing-server" --listen 127.0.0.1:0 "$@" >"$scratch/$name.out" 2>"$scratch/$name.log" &
   launched_pid=$!
   for _ in $(seq 100); do
     launched_addr=$(grep -o 'local_addr=127\.0\.0\.1:[0-9]*' "$scratch/$name.log" | head -n 1 | cut -d= -f2 || true)
@@ -371,7 +397,7 @@ if [[ $mode == local ]]; then
   target_dir=$(timeout 60 cargo metadata --format-version 1 --no-deps | jq -r .target_directory) ||
     die "cannot ask cargo for its target directory (cargo metadata failed)"
   bin_dir=$target_dir/release
-  for bin in routing-server footgun-client pooled-client gzip-client keepalive-client window-client; do
+  for bin in routing-server footgun-client pooled-client gzip-client keepalive-client window-client balance-client; do
     if [[ ! -x $bin_dir/$bin ]]; then
       [[ $build == no ]] && die "$bin_dir/$bin is missing: run without --no-build"
       die "$bin_dir/$bin is missing after cargo build"
@@ -650,6 +676,107 @@ note "window tonic default" "$(phase tonic_default)"
 note "window adaptive (BDP)" "$(phase adaptive)"
 note "window adaptive: start -> largest" "$(field window '"\(.adaptive.stream_window) -> \(.adaptive.grown_stream_window) B"')"
 note "64 KiB: 1 channel vs N channels" "$(field window '"\(.one_channel.mbit_s) vs \(.n_channels.mbit_s) Mbit/s (\(.n_channels.channels) channels)"')"
+
+# ─── 11. Behind a load balancer ──────────────────────────────────────────────
+# HAProxy (lb/haproxy.cfg) in front of three replicas, each naming itself in
+# the routing-replica header, and three more that age their connections. One
+# channel through L4 is pinned to one replica; L7, client-side balancing and a
+# connection age spread the calls; keepalive is hop by hop through L7.
+if [[ $mode == local ]]; then
+  # lb_start VAR NAME ARGS...: a replica on a free port (launch_local); its
+  # address goes to VAR. The connection module logs at debug, so a policy
+  # that trips is seen (11f).
+  lb_start() {
+    local var=$1 name=$2
+    shift 2
+    launch_log=info,routing_server::connection=debug launch_local "lb_$name" --replica "$name" "$@"
+    lb_pids+=("$launched_pid")
+    [[ -n $launched_addr ]] || { tail -n 20 "$scratch/lb_$name.log" >&2; die "replica $name did not start"; }
+    printf -v "$var" '%s' "$launched_addr"
+  }
+  lb_start REPLICA_A a
+  lb_start REPLICA_B b
+  lb_start REPLICA_C c
+  aged=(--max-connection-age-secs "$LB_AGE_SECS" --max-connection-age-grace-secs "$LB_GRACE_SECS")
+  lb_start AGED_A aged-a "${aged[@]}"
+  lb_start AGED_B aged-b "${aged[@]}"
+  lb_start AGED_C aged-c "${aged[@]}"
+  # The *_short frontends need a replica that sends no PINGs of its own
+  # (in mode tcp they would keep the tunnel open): 10d's quiet server.
+  export REPLICA_A REPLICA_B REPLICA_C AGED_A AGED_B AGED_C QUIET=$quiet_target
+  # HAProxy cannot take port 0 and report it, so pick six ports below Linux's
+  # ephemeral range (32768 and up), where no outgoing connection holds one,
+  # and try again if one is taken.
+  haproxy_pid=
+  for try in $(seq 5); do
+    base=$((20000 + RANDOM % 12000))
+    export LB_L4=127.0.0.1:$base LB_L7=127.0.0.1:$((base + 1)) LB_L4_AGED=127.0.0.1:$((base + 2))
+    export LB_L4_SHORT=127.0.0.1:$((base + 3)) LB_L7_SHORT=127.0.0.1:$((base + 4)) LB_STATS=127.0.0.1:$((base + 5))
+    haproxy -db -f lb/haproxy.cfg >"$scratch/lb_haproxy.out" 2>"$scratch/lb_haproxy.log" &
+    haproxy_pid=$!
+    # Kept first in the list: it is stopped first.
+    lb_pids=("$haproxy_pid" "${lb_pids[@]}")
+    sleep 0.5
+    kill -0 "$haproxy_pid" 2>/dev/null && break
+    grep -q 'cannot bind socket' "$scratch/lb_haproxy.log" ||
+      { tail -n 20 "$scratch/lb_haproxy.log" >&2; die "haproxy -f lb/haproxy.cfg did not start"; }
+    say "  (haproxy: a port of $base..$((base + 5)) is taken, try $try)"
+    lb_pids=("${lb_pids[@]:1}")
+    haproxy_pid=
+  done
+  [[ -n $haproxy_pid ]] || die "haproxy found no free ports in 5 tries"
+  lb_status=
+  deadline=$((SECONDS + READY_TIMEOUT_S))
+  while ((SECONDS < deadline)); do
+    capture lb_ready grpcurl_ -plaintext -connect-timeout "$READY_PROBE_S" -max-time "$READY_PROBE_S" \
+      -d '{}' "$LB_L7" grpc.health.v1.Health/Check
+    lb_status=$(field lb_ready .status)
+    [[ $lb_status == SERVING ]] && break
+    sleep 0.5
+  done
+  [[ $lb_status == SERVING ]] || fail "11 HAProxy L7 reports SERVING" "${lb_status:-no answer}" "SERVING" lb_ready
+  balance_() { bounded "$TOOL_TIMEOUT_S" "$bin_dir/balance-client" --target "$LB_L4" --calls "$BALANCE_CALLS" "$@"; }
+  # fieldk NAME K FILTER: field, with $k bound to the number K.
+  fieldk() { jq -r --argjson k "$2" "$3" "$scratch/$1.out" 2>/dev/null || true; }
+  share() { field "$1" ".phases.$2 | \"\(.per_replica | to_entries | map(\"\(.key)=\(.value)\") | join(\" \")), \(.failed) failed\""; }
+
+  capture lb_spread balance_ --phases l4_pooled,l4_footgun,l7_pooled,client_side \
+    --l7 "$LB_L7" --replicas "$REPLICA_A,$REPLICA_B,$REPLICA_C"
+  check "11a L4, one channel: pinned" "$(share lb_spread l4_pooled)" "top share >= $PINNED_SHARE, 0 failed" \
+    "$(fieldk lb_spread "$PINNED_SHARE" '.phases.l4_pooled | .top_share >= $k and .failed == 0 and .connections == 1')" lb_spread
+  check "11b L7, one channel: spread" "$(share lb_spread l7_pooled)" "each >= $SPREAD_SHARE, 0 failed" \
+    "$(fieldk lb_spread "$SPREAD_SHARE" '.phases.l7_pooled | .min_share >= $k and .failed == 0')" lb_spread
+  check "11c client-side balance_list: spread" "$(share lb_spread client_side)" "each >= $SPREAD_SHARE, 0 failed" \
+    "$(fieldk lb_spread "$SPREAD_SHARE" '.phases.client_side | .min_share >= $k and .failed == 0')" lb_spread
+  note "L4 channel per call: spread, median" \
+    "$(share lb_spread l4_footgun), $(field lb_spread '.phases.l4_footgun.median_call_s * 1e6 | round / 1000') ms"
+  note "L4 / L7 one channel: connections" "$(field lb_spread '"\(.phases.l4_pooled.connections) / \(.phases.l7_pooled.connections)"')"
+
+  capture lb_aged balance_ --phases l4_aged --l4-aged "$LB_L4_AGED" --aged-secs "$AGED_SECS"
+  check "11d L4 to replicas aged ${LB_AGE_SECS}s" "$(share lb_aged l4_aged)" "each >= $AGED_SHARE, 0 failed" \
+    "$(fieldk lb_aged "$AGED_SHARE" '.phases.l4_aged | .min_share >= $k and .failed == 0 and .goaways > 0')" lb_aged
+  note "aged: GOAWAYs / reconnects / calls" \
+    "$(field lb_aged '.phases.l4_aged | "\(.goaways) / \(.reconnects) / \(.calls)"')"
+
+  capture lb_idle balance_ --phases l4_idle,l7_idle --l4-short "$LB_L4_SHORT" --l7-short "$LB_L7_SHORT" \
+    --idle-gap-secs "$IDLE_SECS"
+  got=$(field lb_idle '.phases | "L4 \(.l4_idle.keepalive.result)/\(.l4_idle.no_keepalive.result), L7 \(.l7_idle.keepalive.result)/\(.l7_idle.no_keepalive.result)"')
+  check "11e ${IDLE_SECS}s gap, 6 s LB timeout: keepalive/none" "${got:-exit $rc}" "SURVIVED/RECONNECTED|FAILED, both" \
+    "$(field lb_idle '.phases | [.l4_idle, .l7_idle] | all(.keepalive.result == "SURVIVED" and .no_keepalive.result != "SURVIVED")')" lb_idle
+  note "L7 idle: server PINGs reaching the client" "$(field lb_idle '.phases.l7_idle.keepalive.pings_received') (HAProxy answers PINGs, hop by hop)"
+
+  # HAProxy's own connections to the replicas (pooled h2 in L7, idle between
+  # calls, PINGed by the replicas) must never trip a policy of theirs.
+  tripped=$(cat "$scratch"/lb_*.log | grep -cE 'too many pings|too many control frames|ping strike|no HTTP/2 handshake in time' || true)
+  echo "$tripped" >"$scratch/lb_policies.out"
+  cp "$scratch/lb_a.log" "$scratch/lb_policies.err"
+  check "11f HAProxy trips no replica policy" "$tripped strikes, GOAWAYs, handshake closes" "0" \
+    "$([[ $tripped == 0 ]] && echo true)" lb_policies
+  stop_lb
+else
+  say "11 behind a load balancer: runs in --local mode only for now (./verify.sh --local; see docs/balancing.md)"
+  note "11 behind a load balancer" "skipped: --local mode only for now"
+fi
 
 # ─── 12. Over TLS ────────────────────────────────────────────────────────────
 # A second routing-server with --tls-cert/--tls-key (certificates from its own

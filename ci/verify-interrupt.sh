@@ -11,6 +11,8 @@
 #              grpcurl calls, which take under a second here)
 #   keepalive  3 s into keepalive-client's 8 s idle gap
 #   ghz        2 s into a ghz run made long on purpose (GHZ_TOTAL)
+#   balancer   3 s into section 11's 10 s aged phase, with HAProxy and six
+#              replicas running (about 2.5 min in: sections 1 to 10 run first)
 #
 # Each point must end with exit 130, no FAIL line, and no process left in the
 # session: every process verify.sh started (the server, timeout, the tool)
@@ -79,7 +81,8 @@ point() {
   fi
   local left fails
   left=$(in_session "$running")
-  fails=$(grep -c 'FAIL' "$log" || true)
+  # A failed row ends in FAIL, and fail() prints "FAIL: ..."; a bound may say FAILED.
+  fails=$(grep -cE '^FAIL|[[:space:]]FAIL$' "$log" || true)
   if [[ $rc == 130 && $fails == 0 && -z $left ]]; then
     printf 'ok   %-10s exit 130 after %.1f s, 0 FAIL lines, 0 processes left; running at the signal:\n' \
       "$name" "$(jq -rn --argjson t "$waited" '$t / 10')"
@@ -97,9 +100,11 @@ point() {
 point start '^verify.sh: mode=local' 0
 point keepalive '^7b gzip' 3
 point ghz '^8c ' 2 GHZ_TOTAL=500000
+# Section 11 starts after every other section: a later mark, a longer wait.
+MARK_TIMEOUT_S=${BALANCER_MARK_TIMEOUT_S:-420} point balancer '^11c ' 3
 
 if ((failures > 0)); then
-  echo "$failures of 3 interrupt points failed"
+  echo "$failures of 4 interrupt points failed"
   exit 1
 fi
-echo "3 of 3 interrupt points passed"
+echo "4 of 4 interrupt points passed"

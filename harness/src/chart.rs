@@ -196,7 +196,7 @@ pub fn draw_window_sweep(sweeps: &[WindowSweep], svg: &mut String) -> Result<(),
 
 /// Draws one chart into `svg` with `draw`, then writes it out; `name` is the
 /// chart's name in an error.
-fn render(
+pub(crate) fn render(
     svg: &mut String,
     name: &str,
     draw: impl FnOnce(

@@ -36,8 +36,11 @@
 //! - [`link_chart`]: the catalog over emulated links and the window sweep,
 //!   measured for `link-chart`.
 //! - [`chart`]: those measurements drawn as SVG (`docs/figures/`).
+//! - [`balance_chart`]: calls per replica over time behind HAProxy, from
+//!   `balance-client`'s JSON (`balance-chart`).
 
 pub mod attacks;
+pub mod balance_chart;
 pub mod bench;
 pub mod chart;
 pub mod frame;
