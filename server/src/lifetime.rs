@@ -32,9 +32,18 @@
 //!   closes as soon as the PING is answered. [`Activity`] counts the streams
 //!   open on a connection, and any other rule that wants "no call for so
 //!   long" can read it ([`idle_for`]).
+//! - **Idle after a burst** ([`Lifetime::idle_after_burst`]): the same
+//!   GOAWAY, sooner, for a connection that once had
+//!   [`Lifetime::burst_streams`] streams open at once. h2 keeps its frame
+//!   queue and stream store at the size of the connection's busiest moment
+//!   for as long as the connection lives (about 2 KiB per stream once open
+//!   at once, `docs/hardening.md`); this gives that memory back once the
+//!   burst is over, and the client's next call opens a connection that
+//!   never had it.
 //!
-//! All three rules are off by default, as in grpc-go (see
-//! [`crate::knobs::MAX_CONNECTION_AGE`]). The server's own drain on
+//! Age and idle are off by default, as in grpc-go (see
+//! [`crate::knobs::MAX_CONNECTION_AGE`]); idle after a burst is on (see
+//! [`crate::knobs::MAX_IDLE_AFTER_BURST`]). The server's own drain on
 //! SIGTERM ([`Drain`]) sends the same graceful GOAWAY, and waits for every
 //! connection, aged or not.
 
@@ -77,6 +86,11 @@ pub struct Lifetime {
     pub age_grace: Option<Duration>,
     /// GOAWAY after this long with no stream open; `None`: never.
     pub max_idle: Option<Duration>,
+    /// GOAWAY after this long with no stream open, once the connection has
+    /// had `burst_streams` streams open at once; `None`: never.
+    pub idle_after_burst: Option<Duration>,
+    /// Streams open at once that make a connection a burst's.
+    pub burst_streams: usize,
     /// Sent as `routing-replica` on every response; `None`: no header.
     pub replica: Option<HeaderValue>,
 }
@@ -88,6 +102,8 @@ impl Lifetime {
             max_age: config.max_connection_age(),
             age_grace: config.max_connection_age_grace(),
             max_idle: config.max_connection_idle(),
+            idle_after_burst: config.max_idle_after_burst(),
+            burst_streams: usize::try_from(config.burst_streams).unwrap_or(usize::MAX),
             // knobs::replica_name has checked that it is a valid value.
             replica: config
                 .replica
@@ -100,7 +116,8 @@ impl Lifetime {
     /// rule needs them, and names the replica on every response. Without
     /// either, calls pass through untouched.
     pub fn track<S>(&self, service: S) -> (Tracked<S>, Option<Arc<Activity>>) {
-        let activity = self.max_idle.map(|_| Arc::new(Activity::new()));
+        let counted = self.max_idle.is_some() || self.idle_after_burst.is_some();
+        let activity = counted.then(|| Arc::new(Activity::new()));
         let tracked = Tracked {
             inner: service,
             replica: self.replica.clone(),
@@ -131,10 +148,12 @@ fn random_unit() -> f64 {
     (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// The streams open on one connection, and since when it has had none.
+/// The streams open on one connection, the most it had open at once, and
+/// since when it has had none.
 #[derive(Debug)]
 pub struct Activity {
     open: AtomicUsize,
+    peak: AtomicUsize,
     /// When the last stream ended (at first: when the connection started).
     idle_since: Mutex<Instant>,
     /// Woken when the last open stream ends.
@@ -145,6 +164,7 @@ impl Activity {
     fn new() -> Self {
         Self {
             open: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
             became_idle: Notify::new(),
         }
@@ -155,6 +175,11 @@ impl Activity {
         self.open.load(Ordering::Acquire)
     }
 
+    /// The most streams this connection has had open at once.
+    pub fn peak_streams(&self) -> usize {
+        self.peak.load(Ordering::Acquire)
+    }
+
     fn idle_since(&self) -> Instant {
         *self
             .idle_since
@@ -163,7 +188,8 @@ impl Activity {
     }
 
     fn stream_opened(self: &Arc<Self>) -> StreamGuard {
-        self.open.fetch_add(1, Ordering::AcqRel);
+        let open = self.open.fetch_add(1, Ordering::AcqRel) + 1;
+        self.peak.fetch_max(open, Ordering::AcqRel);
         StreamGuard(Arc::clone(self))
     }
 }
@@ -188,15 +214,38 @@ impl Drop for StreamGuard {
 
 /// Completes once the connection has had no stream open for `max_idle`.
 pub async fn idle_for(activity: &Activity, max_idle: Duration) {
+    idle_by_rules(activity, Some(max_idle), None, usize::MAX).await;
+}
+
+/// Completes once the connection has had no stream open for the shorter of
+/// the idle times that apply to it: `max_idle` always, `after_burst` once
+/// it has had `burst_streams` streams open at once. Says which applied.
+async fn idle_by_rules(
+    activity: &Activity,
+    max_idle: Option<Duration>,
+    after_burst: Option<Duration>,
+    burst_streams: usize,
+) -> GoingAway {
     loop {
         if activity.open_streams() > 0 {
             // A permit is stored if the last stream ends before we wait.
             activity.became_idle.notified().await;
             continue;
         }
-        let deadline = activity.idle_since() + max_idle;
+        let burst = after_burst.filter(|_| activity.peak_streams() >= burst_streams);
+        let (limit, reason) = match (max_idle, burst) {
+            (Some(idle), Some(burst)) if burst < idle => (burst, GoingAway::IdleAfterBurst),
+            (Some(idle), _) => (idle, GoingAway::Idle),
+            (None, Some(burst)) => (burst, GoingAway::IdleAfterBurst),
+            // No rule applies yet: only streams can change that.
+            (None, None) => {
+                activity.became_idle.notified().await;
+                continue;
+            }
+        };
+        let deadline = activity.idle_since() + limit;
         if Instant::now() >= deadline {
-            return;
+            return reason;
         }
         tokio::time::sleep_until(deadline).await;
         // Streams may have come and gone meanwhile: look again.
@@ -342,6 +391,7 @@ enum GoingAway {
     Drain,
     Age,
     Idle,
+    IdleAfterBurst,
 }
 
 /// Serves `connection` (hyper's) until it ends, sending it the graceful
@@ -373,9 +423,17 @@ where
         }
     });
     let mut idle = pin!(async {
-        match (&activity, rules.max_idle) {
-            (Some(activity), Some(max_idle)) => idle_for(activity, max_idle).await,
-            _ => std::future::pending().await,
+        match &activity {
+            Some(activity) => {
+                idle_by_rules(
+                    activity,
+                    rules.max_idle,
+                    rules.idle_after_burst,
+                    rules.burst_streams,
+                )
+                .await
+            }
+            None => std::future::pending().await,
         }
     });
     let mut going_away: Option<GoingAway> = None;
@@ -389,7 +447,7 @@ where
                 GoingAway::Drain
             }
             () = &mut aged, if going_away.is_none() => GoingAway::Age,
-            () = &mut idle, if going_away.is_none() => GoingAway::Idle,
+            why = &mut idle, if going_away.is_none() => why,
             () = &mut grace, if grace_armed => {
                 tracing::debug!(grace = ?rules.age_grace, "connection age grace passed: closing it with its calls");
                 return Ok(());
@@ -409,6 +467,10 @@ where
             }
             GoingAway::Idle => {
                 tracing::debug!(max_idle = ?rules.max_idle, "connection idle too long: GOAWAY");
+            }
+            GoingAway::IdleAfterBurst => {
+                let peak = activity.as_ref().map(|a| a.peak_streams());
+                tracing::debug!(after = ?rules.idle_after_burst, ?peak, "connection idle after a burst of streams: GOAWAY, so its client reconnects small");
             }
             GoingAway::Drain => {}
         }
@@ -437,6 +499,32 @@ mod tests {
             seen.insert(j);
         }
         assert!(seen.len() > 900, "{} distinct ages", seen.len());
+    }
+
+    /// Given a burst threshold of 3 and an after-burst idle time far below
+    /// the plain idle time, a connection that never had 3 streams at once
+    /// waits out the plain idle time, and one that had 3 goes sooner, for
+    /// the after-burst reason.
+    #[tokio::test]
+    async fn a_burst_shortens_the_idle_time() {
+        let (idle, after_burst) = (Duration::from_millis(300), Duration::from_millis(10));
+        let calm = Arc::new(Activity::new());
+        drop((calm.stream_opened(), calm.stream_opened()));
+        assert_eq!(calm.peak_streams(), 2);
+        let started = Instant::now();
+        let why = idle_by_rules(&calm, Some(idle), Some(after_burst), 3).await;
+        assert_eq!((why, started.elapsed() >= idle), (GoingAway::Idle, true));
+
+        let busy = Arc::new(Activity::new());
+        let streams: Vec<_> = (0..3).map(|_| busy.stream_opened()).collect();
+        drop(streams);
+        assert_eq!(busy.peak_streams(), 3);
+        let why = idle_by_rules(&busy, Some(idle), Some(after_burst), 3).await;
+        assert_eq!(why, GoingAway::IdleAfterBurst);
+
+        // With no plain idle time at all, only the burst's applies.
+        let why = idle_by_rules(&busy, None, Some(after_burst), 3).await;
+        assert_eq!(why, GoingAway::IdleAfterBurst);
     }
 
     /// Given an activity with one stream open, when the stream ends, then

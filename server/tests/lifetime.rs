@@ -290,3 +290,74 @@ async fn a_call_started_between_the_two_goaways_is_served() {
 fn has(frame: &Seen, flag: u8) -> bool {
     frame.flags & flag == flag
 }
+
+/// Opens `n` GetQuote calls on `conn` whose request bodies never end, so
+/// all `n` are open on the server at once, then cancels them (dropping a
+/// stream's halves resets it).
+async fn burst_of_open_calls(conn: &mut harness::h2client::H2Conn, n: usize) {
+    let mut open = Vec::new();
+    for _ in 0..n {
+        let call = conn
+            .open_call(
+                harness::grpc::GET_QUOTE,
+                harness::grpc::CONTENT_TYPE,
+                harness::h2client::unfinished_message(100, 1),
+                false,
+                Duration::from_secs(5),
+            )
+            .await
+            .expect("stream opens")
+            .expect("under the stream limit");
+        open.push(call);
+    }
+    // Give the server a moment to take every stream's HEADERS.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(open);
+}
+
+/// Waits up to `limit` for the server to close `conn`; true if it did.
+async fn closed_within(conn: &harness::h2client::H2Conn, limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    while conn.is_open() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    !conn.is_open()
+}
+
+/// Given a server that sends away a connection idle for 1 s after a burst
+/// of 4 streams at once (and no plain idle limit), when one connection has
+/// 4 calls open at once and another only ever one at a time, then the
+/// burst's connection is closed (graceful GOAWAY, then the close) within
+/// 10 s of going idle, and the calm one is still open after 3 s: what h2
+/// kept of the burst is given back, and an ordinary idle channel is left
+/// alone.
+#[tokio::test]
+async fn a_connection_idle_after_a_burst_is_sent_away_and_a_calm_one_is_not() {
+    use harness::h2client::{H2Conn, ReceiveWindows};
+    let server = support::start_with(Config {
+        max_idle_after_burst_secs: 1,
+        burst_streams: 4,
+        ..Default::default()
+    })
+    .await;
+
+    let mut burst = H2Conn::connect(server.addr(), ReceiveWindows::default())
+        .await
+        .expect("connects");
+    let mut calm = H2Conn::connect(server.addr(), ReceiveWindows::default())
+        .await
+        .expect("connects");
+    burst_of_open_calls(&mut burst, 4).await;
+    burst_of_open_calls(&mut calm, 1).await;
+    burst_of_open_calls(&mut calm, 1).await;
+
+    assert!(
+        closed_within(&burst, Duration::from_secs(10)).await,
+        "the burst's connection is sent away once idle"
+    );
+    assert!(
+        !closed_within(&calm, Duration::from_secs(3)).await,
+        "a connection that never had 4 streams at once stays"
+    );
+    server.shutdown().await.expect("server stops");
+}
