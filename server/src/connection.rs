@@ -49,6 +49,7 @@ use std::{
     io,
     net::SocketAddr,
     pin::Pin,
+    sync::atomic::{AtomicUsize, Ordering},
     sync::{Arc, OnceLock},
     task::{Context, Poll, ready},
     time::{Duration, Instant},
@@ -491,6 +492,13 @@ pub struct ConnectionInfo {
     /// Bytes written, and where the kernel lists the socket: when a
     /// response has been acknowledged (see [`crate::kernel_queue`]).
     pub sent: Arc<SentBytes>,
+    /// The most streams this connection has had open at once, counted on
+    /// the wire: from the client's HEADERS to the server's END_STREAM (or a
+    /// RST_STREAM either way). What h2 keeps for the connection's life
+    /// grows with it ([`crate::lifetime`]'s idle after a burst). A handler
+    /// that finished its body early does not end the stream here: h2 may
+    /// still hold its frames.
+    pub peak_streams: Arc<AtomicUsize>,
 }
 
 /// Closes one connection from outside its task, e.g. when a response on it
@@ -648,6 +656,7 @@ impl Connection {
                 responses: Holder::new(closer.clone()),
                 closer,
                 sent,
+                peak_streams: Arc::new(AtomicUsize::new(0)),
             },
             _slot: slot,
             // PING payloads are kept (8 bytes each) to ACK the PING that
@@ -705,6 +714,8 @@ impl Connection {
                 kind::HEADERS if h.stream_id > *last_stream_id => {
                     *last_stream_id = h.stream_id;
                     open_streams.insert(h.stream_id);
+                    info.peak_streams
+                        .fetch_max(open_streams.len(), Ordering::Relaxed);
                     if let Some(budget) = control_frames.as_mut() {
                         budget.on_stream_opened();
                     }

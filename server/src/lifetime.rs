@@ -112,12 +112,18 @@ impl Lifetime {
         }
     }
 
-    /// Wraps one connection's service: counts its streams when the idle
+    /// Wraps one connection's service: counts its streams when an idle
     /// rule needs them, and names the replica on every response. Without
-    /// either, calls pass through untouched.
-    pub fn track<S>(&self, service: S) -> (Tracked<S>, Option<Arc<Activity>>) {
+    /// either, calls pass through untouched. `peak_streams` is the
+    /// connection's own count of streams open at once, on the wire
+    /// ([`crate::connection::ConnectionInfo::peak_streams`]).
+    pub fn track<S>(
+        &self,
+        service: S,
+        peak_streams: Arc<AtomicUsize>,
+    ) -> (Tracked<S>, Option<Arc<Activity>>) {
         let counted = self.max_idle.is_some() || self.idle_after_burst.is_some();
-        let activity = counted.then(|| Arc::new(Activity::new()));
+        let activity = counted.then(|| Arc::new(Activity::new(peak_streams)));
         let tracked = Tracked {
             inner: service,
             replica: self.replica.clone(),
@@ -148,12 +154,15 @@ fn random_unit() -> f64 {
     (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// The streams open on one connection, the most it had open at once, and
-/// since when it has had none.
+/// The calls open on one connection, the most streams it had open at
+/// once, and since when it has had no call open.
 #[derive(Debug)]
 pub struct Activity {
+    /// Calls whose response has not ended (or been dropped).
     open: AtomicUsize,
-    peak: AtomicUsize,
+    /// Shared with the connection, which counts streams on the wire: a call
+    /// whose body hyper has taken may still be frames queued in h2.
+    peak: Arc<AtomicUsize>,
     /// When the last stream ended (at first: when the connection started).
     idle_since: Mutex<Instant>,
     /// Woken when the last open stream ends.
@@ -161,10 +170,10 @@ pub struct Activity {
 }
 
 impl Activity {
-    fn new() -> Self {
+    fn new(peak: Arc<AtomicUsize>) -> Self {
         Self {
             open: AtomicUsize::new(0),
-            peak: AtomicUsize::new(0),
+            peak,
             idle_since: Mutex::new(Instant::now()),
             became_idle: Notify::new(),
         }
@@ -466,7 +475,8 @@ where
                 }
             }
             GoingAway::Idle => {
-                tracing::debug!(max_idle = ?rules.max_idle, "connection idle too long: GOAWAY");
+                let peak = activity.as_ref().map(|a| a.peak_streams());
+                tracing::debug!(max_idle = ?rules.max_idle, ?peak, "connection idle too long: GOAWAY");
             }
             GoingAway::IdleAfterBurst => {
                 let peak = activity.as_ref().map(|a| a.peak_streams());
@@ -508,14 +518,14 @@ mod tests {
     #[tokio::test]
     async fn a_burst_shortens_the_idle_time() {
         let (idle, after_burst) = (Duration::from_millis(300), Duration::from_millis(10));
-        let calm = Arc::new(Activity::new());
+        let calm = Arc::new(Activity::new(Arc::default()));
         drop((calm.stream_opened(), calm.stream_opened()));
         assert_eq!(calm.peak_streams(), 2);
         let started = Instant::now();
         let why = idle_by_rules(&calm, Some(idle), Some(after_burst), 3).await;
         assert_eq!((why, started.elapsed() >= idle), (GoingAway::Idle, true));
 
-        let busy = Arc::new(Activity::new());
+        let busy = Arc::new(Activity::new(Arc::default()));
         let streams: Vec<_> = (0..3).map(|_| busy.stream_opened()).collect();
         drop(streams);
         assert_eq!(busy.peak_streams(), 3);
@@ -532,7 +542,7 @@ mod tests {
     /// from the connection's start), and the idle wait completes.
     #[tokio::test]
     async fn idle_time_starts_when_the_last_stream_ends() {
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(Activity::new(Arc::default()));
         let started = activity.idle_since();
         let guard = activity.stream_opened();
         let second = activity.stream_opened();

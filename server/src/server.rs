@@ -248,7 +248,8 @@ async fn serve_connection<S>(
     // cost 1.4 KiB per connection (measured with massif).
     let io = TokioIo::new(connection);
     // Connection age and idleness, and the replica header (lifetime.rs).
-    let (per_call, activity) = lifetime.track(per_call);
+    let peak_streams = Arc::clone(&per_call.info.peak_streams);
+    let (per_call, activity) = lifetime.track(per_call, peak_streams);
     let serving = http2.serve_connection(io, TowerToHyperService::new(per_call));
     if let Err(e) = lifetime::serve(serving, watcher, &lifetime, activity).await {
         tracing::debug!("connection ended with an error: {e}");
