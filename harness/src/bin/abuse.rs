@@ -44,7 +44,7 @@ use harness::{
 #[command(
     version,
     about = "Run bounded attacks against a gRPC server on loopback; one JSON line per attack",
-    after_help = "ATTACKS: all, stall, madeyoureset, fdflood, nopreface, slowbody, contenttype, pingflood, bigframes, wuflood, tcpstall, lockout"
+    after_help = "ATTACKS: all, stall, madeyoureset, fdflood, nopreface, slowbody, contenttype, pingflood, bigframes, wuflood, tcpstall, lockout, reconnect"
 )]
 struct Args {
     /// The server: host:port, loopback only (127.0.0.0/8 or [::1]).
