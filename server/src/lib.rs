@@ -25,7 +25,8 @@
 //!   h2's own guards, and drains on shutdown; [`LocalServer`] runs it on a
 //!   free port for tests.
 //! - [`lifetime`]: connection age and idleness (GOAWAY, then a grace), the
-//!   server's drain, and the `routing-replica` response header.
+//!   GOAWAY that gives back what a connection kept after a burst of
+//!   streams, the server's drain, and the `routing-replica` response header.
 //! - [`workers`]: thread-per-core serving: one current-thread runtime per
 //!   worker, each connection on one worker for its whole life.
 //! - [`window_budget`]: how many WINDOW_UPDATEs the DATA sent calls for.
