@@ -612,20 +612,30 @@ note "ghz GetQuote (-c $GHZ_CONCURRENCY -n $GHZ_TOTAL)" "$rps rps, p50 $p50_ms m
 # (--link, clients/src/link.rs), so this works in a container as well. The
 # bounds are physics, in round trips (RTT) and bytes ÷ rate: see the table.
 
+# link_reuse PREFIX ROW FOOTGUN_MIN POOLED_MAX LAUNCHER: footgun-client and
+# pooled-client on $LINK through LAUNCHER (captured as PREFIXfootgun_link and
+# PREFIXpooled_link), up to TIMING_ATTEMPTS tries until the footgun's median
+# call is >= FOOTGUN_MIN round trips and pooled's <= POOLED_MAX; leaves both
+# medians in $footgun_rtts and $pooled_rtts for the checks.
+link_reuse() {
+  local prefix=$1 name=$2 footgun_min=$3 pooled_max=$4 launcher=$5 try reuse_ok
+  for try in $(seq "$TIMING_ATTEMPTS"); do
+    capture "${prefix}footgun_link" "$launcher" footgun-client --calls "$LINK_CALLS" --link "$LINK"
+    capture "${prefix}pooled_link" "$launcher" pooled-client --calls "$LINK_CALLS" --link "$LINK"
+    footgun_rtts=$(field "${prefix}footgun_link" .median_call_rtts)
+    pooled_rtts=$(field "${prefix}pooled_link" .median_call_rtts)
+    reuse_ok=$(jqn --argjson f "${footgun_rtts:-0}" --argjson p "${pooled_rtts:-1e9}" \
+      --argjson fk "$footgun_min" --argjson pk "$pooled_max" '$f >= $fk and $p <= $pk')
+    [[ $reuse_ok == true ]] && return
+    if ((try < TIMING_ATTEMPTS)); then
+      row "$name (try $try)" "footgun ${footgun_rtts:-?}, pooled ${pooled_rtts:-?}" \
+        ">= $footgun_min, <= $pooled_max" "retry"
+    fi
+  done
+}
+
 # 10a/b. Channel reuse: a new connection costs a round trip before its call.
-for try in $(seq "$TIMING_ATTEMPTS"); do
-  capture footgun_link client_ footgun-client --calls "$LINK_CALLS" --link "$LINK"
-  capture pooled_link client_ pooled-client --calls "$LINK_CALLS" --link "$LINK"
-  footgun_rtts=$(field footgun_link .median_call_rtts)
-  pooled_rtts=$(field pooled_link .median_call_rtts)
-  reuse_ok=$(jqn --argjson f "${footgun_rtts:-0}" --argjson p "${pooled_rtts:-1e9}" \
-    --argjson fk "$FOOTGUN_MIN_RTTS" --argjson pk "$POOLED_MAX_RTTS" '$f >= $fk and $p <= $pk')
-  [[ $reuse_ok == true ]] && break
-  if ((try < TIMING_ATTEMPTS)); then
-    row "10a/b median call in RTTs (try $try)" "footgun ${footgun_rtts:-?}, pooled ${pooled_rtts:-?}" \
-      ">= $FOOTGUN_MIN_RTTS, <= $POOLED_MAX_RTTS" "retry"
-  fi
-done
+link_reuse "" "10a/b median call in RTTs" "$FOOTGUN_MIN_RTTS" "$POOLED_MAX_RTTS" client_
 rtt_ms=$(field pooled_link .link.rtt_ms)
 check "10a footgun on $LINK: median call" "${footgun_rtts:-exit $rc} RTT of ${rtt_ms:-?} ms" ">= $FOOTGUN_MIN_RTTS RTT" \
   "$(jqn --argjson f "${footgun_rtts:-0}" --argjson k "$FOOTGUN_MIN_RTTS" '$f >= $k')" footgun_link
@@ -832,19 +842,7 @@ if [[ $mode == local ]]; then
 
   # 12e/f. Lever 1 over TLS on the link: the footgun pays TCP and TLS.
   tls_client() { client_at "$tls_target" "$1" "${tls_args[@]}" "${@:2}"; } # tls_client BIN ARGS...
-  for try in $(seq "$TIMING_ATTEMPTS"); do
-    capture tls_footgun_link tls_client footgun-client --calls "$LINK_CALLS" --link "$LINK"
-    capture tls_pooled_link tls_client pooled-client --calls "$LINK_CALLS" --link "$LINK"
-    footgun_rtts=$(field tls_footgun_link .median_call_rtts)
-    pooled_rtts=$(field tls_pooled_link .median_call_rtts)
-    reuse_ok=$(jqn --argjson f "${footgun_rtts:-0}" --argjson p "${pooled_rtts:-1e9}" \
-      --argjson fk "$TLS_FOOTGUN_MIN_RTTS" --argjson pk "$TLS_POOLED_MAX_RTTS" '$f >= $fk and $p <= $pk')
-    [[ $reuse_ok == true ]] && break
-    if ((try < TIMING_ATTEMPTS)); then
-      row "12e/f TLS median call in RTTs (try $try)" "footgun ${footgun_rtts:-?}, pooled ${pooled_rtts:-?}" \
-        ">= $TLS_FOOTGUN_MIN_RTTS, <= $TLS_POOLED_MAX_RTTS" "retry"
-    fi
-  done
+  link_reuse tls_ "12e/f TLS median call in RTTs" "$TLS_FOOTGUN_MIN_RTTS" "$TLS_POOLED_MAX_RTTS" tls_client
   check "12e TLS footgun on $LINK: median call" "${footgun_rtts:-exit $rc} RTT, $(field tls_footgun_link .tls.version)" \
     ">= $TLS_FOOTGUN_MIN_RTTS RTT" \
     "$(jqn --argjson f "${footgun_rtts:-0}" --argjson k "$TLS_FOOTGUN_MIN_RTTS" '$f >= $k')" tls_footgun_link
