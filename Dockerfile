@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 #
-# The chapter's image: routing-server, the five client binaries and routing-link.
+# The chapter's image: routing-server, the six client binaries and routing-link.
 #
 #   docker build -t grpc-tuning/routing-server:dev .     (or: docker compose build)
 #
@@ -38,7 +38,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && mkdir -p /out \
  && cp target/release/routing-server target/release/footgun-client target/release/pooled-client \
        target/release/gzip-client target/release/keepalive-client target/release/window-client \
-       target/release/routing-link /out/
+       target/release/balance-client target/release/routing-link /out/
 
 FROM ${BINARIES} AS binaries
 

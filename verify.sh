@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # verify.sh: brings the chapter's stack up, asserts every claim of the chapter
-# with real grpcurl, ghz and the five clients, prints PASS, and tears it down.
+# with real grpcurl, ghz and the clients, prints PASS, and tears it down.
 # Run ./verify.sh --help for the modes and every override.
 # jq programs use $variables inside single quotes on purpose:
 # shellcheck disable=SC2016
 set -euo pipefail
+# The whole script is one { ... } group: bash parses all of it before it
+# runs a line. Read command by command instead, a Ctrl+C
+# that lands while bash parses the next command runs the INT trap inside the
+# parser, and bash 5.2 then fails that command ("unexpected EOF while looking
+# for matching `)'", exit 2) instead of exiting 130.
+{
 
 # ─── Bounds: every threshold in one table. Each is overridable by env. ───────
 # They are loose and relative on purpose: they must hold on a laptop, a busy
@@ -28,8 +34,9 @@ NAT_ABANDON_SECS=${NAT_ABANDON_SECS:-3}   # the call after the gap is abandoned 
 # at most W bytes be in flight per round trip, so throughput <= W ÷ RTT.
 WINDOW_FLOOR_MARGIN=${WINDOW_FLOOR_MARGIN:-0.9} # 64 KiB fetch time >= bytes ÷ (65,535 B ÷ RTT) x this
 WINDOW_SPEEDUP=${WINDOW_SPEEDUP:-5}       # tonic-default Mbit/s > 64 KiB Mbit/s x this (ceilings: 2 MiB ÷ 64 KiB = 32x)
-# Rows 11: behind a load balancer (HAProxy, lb/haproxy.cfg; --local mode only for
-# now). Shares are of the calls each of 3 replicas answered (routing-replica header).
+# Rows 11: behind a load balancer (HAProxy: lb/haproxy.cfg in --local mode,
+# lb/compose.cfg in compose). Shares are of the calls each of 3 replicas
+# answered (routing-replica header).
 PINNED_SHARE=${PINNED_SHARE:-0.95}        # L4, one channel: busiest replica's share >= this; one connection is one replica: 1.0
 SPREAD_SHARE=${SPREAD_SHARE:-0.2}         # L7 and client-side: each replica >= this; round robin gives 1/3, tonic's random p2c 1/3 ± 0.03 (1 sd, 300 calls)
 AGED_SHARE=${AGED_SHARE:-0.1}             # L4 to replicas aged 3 s, 10 s of calls: each >= this; ~4 connections of ~3 s, round robin gives each one
@@ -39,7 +46,7 @@ LB_AGE_SECS=3                             # the aged replicas' --max-connection-
 LB_GRACE_SECS=2                           # and --max-connection-age-grace-secs
 # The keepalive row (11e) uses lb/haproxy.cfg's *_short frontends: 6 s idle
 # timeouts, below the 8 s gap (IDLE_SECS) and above the client's 5 s keepalive.
-# Rows 12: TLS (server/src/tls.rs, docs/tls.md), --local mode only for now.
+# Rows 12: TLS (server/src/tls.rs, docs/tls.md).
 # A new TLS 1.3 connection costs TCP set-up (1 RTT), then the TLS handshake
 # (1 RTT: ClientHello out, the server's flight back), before its call (1 RTT).
 TLS_FOOTGUN_MIN_RTTS=${TLS_FOOTGUN_MIN_RTTS:-2.7} # footgun over TLS median call >= this many RTTs: TCP + TLS 1.3 + the call = 3
@@ -75,7 +82,7 @@ usage() {
   cat <<EOF
 Usage: ./verify.sh [--local] [--no-build] [--help]
 
-Brings the stack up, runs grpcurl, ghz and the five clients against it,
+Brings the stack up, runs grpcurl, ghz and the clients against it,
 asserts the chapter's claims, prints PASS (exit 0) or the failed assertion
 with its evidence (exit 1), and tears everything down. Exit 2: bad usage, a
 missing host tool, no container engine, a tool that cannot run, or a stack
@@ -83,7 +90,9 @@ that would not start.
 
 Modes:
   (default)      Docker Compose: builds the image, starts the server, runs
-                 grpcurl, ghz and the clients as containers (profile "tools").
+                 grpcurl, ghz and the clients as containers (profile "tools");
+                 section 11 starts HAProxy and six replicas (profile "lb"),
+                 section 12 a TLS server (profile "tls").
   COMPOSE=podman-compose ./verify.sh
                  The same with Podman. Readiness is polled by this script.
   --local        No containers: builds with cargo, starts routing-server on a
@@ -101,14 +110,16 @@ Overrides (environment):
   On a link  LINK=$LINK FOOTGUN_MIN_RTTS=$FOOTGUN_MIN_RTTS POOLED_MAX_RTTS=$POOLED_MAX_RTTS
              GZIP_LINK_MAX_FRACTION=$GZIP_LINK_MAX_FRACTION NAT_IDLE_SECS=$NAT_IDLE_SECS NAT_ABANDON_SECS=$NAT_ABANDON_SECS
   Balancer   PINNED_SHARE=$PINNED_SHARE SPREAD_SHARE=$SPREAD_SHARE AGED_SHARE=$AGED_SHARE
-             BALANCE_CALLS=$BALANCE_CALLS AGED_SECS=$AGED_SECS (rows 11, --local only)
+             BALANCE_CALLS=$BALANCE_CALLS AGED_SECS=$AGED_SECS (rows 11)
   Over TLS   TLS_FOOTGUN_MIN_RTTS=$TLS_FOOTGUN_MIN_RTTS TLS_POOLED_MAX_RTTS=$TLS_POOLED_MAX_RTTS TLS_PLAINTEXT_MAX_S=$TLS_PLAINTEXT_MAX_S
-             TLS_CPU_MIN_RATIO=$TLS_CPU_MIN_RATIO TLS_CPU_CALLS=$TLS_CPU_CALLS (rows 12, --local only)
+             TLS_CPU_MIN_RATIO=$TLS_CPU_MIN_RATIO TLS_CPU_CALLS=$TLS_CPU_CALLS (rows 12)
   Workload   CALLS=$CALLS LINK_CALLS=$LINK_CALLS GHZ_CONCURRENCY=$GHZ_CONCURRENCY GHZ_TOTAL=$GHZ_TOTAL IDLE_SECS=$IDLE_SECS
   Limits     READY_TIMEOUT_S=$READY_TIMEOUT_S READY_PROBE_S=$READY_PROBE_S TOOL_TIMEOUT_S=$TOOL_TIMEOUT_S
              BUILD_TIMEOUT_S=$BUILD_TIMEOUT_S
   Compose    COMPOSE="$COMPOSE" ROUTING_PORT=$ROUTING_PORT COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-grpc-tuning}
-             ROUTING_IMAGE, GRPCURL_IMAGE, GHZ_IMAGE (see compose.yaml)
+             Published on 127.0.0.1 too: ROUTING_TLS_PORT (9443), LB_L4_PORT (9280),
+             LB_L7_PORT (9281), LB_STATS_PORT (9285)
+             ROUTING_IMAGE, GRPCURL_IMAGE, GHZ_IMAGE, HAPROXY_IMAGE (see compose.yaml)
 EOF
 }
 
@@ -138,6 +149,15 @@ read -r -a compose <<<"$COMPOSE"
 # Passed as -p too: every compose implementation and version takes the flag,
 # not all of them read the variable.
 if [[ -n $COMPOSE_PROJECT_NAME ]]; then compose+=(-p "$COMPOSE_PROJECT_NAME"); fi
+
+# The engine behind $COMPOSE, and a service's container by the labels that
+# docker compose and podman-compose both set (ps -a: stopped ones too).
+engine=docker
+[[ ${compose[0]} == podman-compose ]] && engine=podman
+container_of() { # container_of SERVICE [-a]: the ID of the service's (first) container
+  timeout 30 "$engine" ps -q ${2:+"$2"} --filter "label=com.docker.compose.project=${COMPOSE_PROJECT_NAME:-grpc-tuning}" \
+    --filter "label=com.docker.compose.service=$1" 2>/dev/null | head -n 1 || true
+}
 
 need() { # need TOOL HINT
   command -v "$1" >/dev/null 2>&1 || die "$1 is required but not on PATH. Install: $2"
@@ -198,7 +218,9 @@ cleanup() {
   fi
   if [[ $compose_up == yes ]]; then
     say "tearing down: $COMPOSE down"
-    timeout 120 "${compose[@]}" --profile tools down --remove-orphans --timeout 15 >"$scratch/down.log" 2>&1 ||
+    # -v: the `tls` volume's dev certificates go too; the next run makes new ones.
+    timeout 120 "${compose[@]}" --profile tools --profile lb --profile tls down --volumes --remove-orphans --timeout 15 \
+      >"$scratch/down.log" 2>&1 ||
       { say "compose down failed:"; cat "$scratch/down.log" >&2; }
   fi
   rm -rf "$scratch"
@@ -690,10 +712,14 @@ note "window adaptive: start -> largest" "$(field window '"\(.adaptive.stream_wi
 note "64 KiB: 1 channel vs N channels" "$(field window '"\(.one_channel.mbit_s) vs \(.n_channels.mbit_s) Mbit/s (\(.n_channels.channels) channels)"')"
 
 # ─── 11. Behind a load balancer ──────────────────────────────────────────────
-# HAProxy (lb/haproxy.cfg) in front of three replicas, each naming itself in
-# the routing-replica header, and three more that age their connections. One
+# HAProxy in front of three replicas, each naming itself in the
+# routing-replica header, and three more that age their connections. One
 # channel through L4 is pinned to one replica; L7, client-side balancing and a
 # connection age spread the calls; keepalive is hop by hop through L7.
+# --local: six routing-server processes on free ports and `haproxy` from PATH
+# with lb/haproxy.cfg. Compose: the `lb` profile (the `replica` service
+# scaled to 3, `replica-aged` to 3, `haproxy` with lb/compose.cfg, which
+# finds them by DNS).
 if [[ $mode == local ]]; then
   # lb_start VAR NAME ARGS...: a replica on a free port (launch_local); its
   # address goes to VAR. The connection module logs at debug, so a policy
@@ -737,68 +763,89 @@ if [[ $mode == local ]]; then
     haproxy_pid=
   done
   [[ -n $haproxy_pid ]] || die "haproxy found no free ports in 5 tries"
-  lb_status=
-  deadline=$((SECONDS + READY_TIMEOUT_S))
-  while ((SECONDS < deadline)); do
-    capture lb_ready grpcurl_ -plaintext -connect-timeout "$READY_PROBE_S" -max-time "$READY_PROBE_S" \
-      -d '{}' "$LB_L7" grpc.health.v1.Health/Check
-    lb_status=$(field lb_ready .status)
-    [[ $lb_status == SERVING ]] && break
-    sleep 0.5
-  done
-  [[ $lb_status == SERVING ]] || fail "11 HAProxy L7 reports SERVING" "${lb_status:-no answer}" "SERVING" lb_ready
-  balance_() { bounded "$TOOL_TIMEOUT_S" "$bin_dir/balance-client" --target "$LB_L4" --calls "$BALANCE_CALLS" "$@"; }
-  # fieldk NAME K FILTER: field, with $k bound to the number K.
-  fieldk() { jq -r --argjson k "$2" "$3" "$scratch/$1.out" 2>/dev/null || true; }
-  share() { field "$1" ".phases.$2 | \"\(.per_replica | to_entries | map(\"\(.key)=\(.value)\") | join(\" \")), \(.failed) failed\""; }
+  lb_replicas=$REPLICA_A,$REPLICA_B,$REPLICA_C
+  # What the replicas logged (11f).
+  lb_logs() { cat "$scratch"/lb_*.log; }
+else
+  say "starting: $COMPOSE --profile lb up -d haproxy (and its 3 + 3 replicas)"
+  bounded 300 "${compose[@]}" --profile lb up -d --no-build haproxy >"$scratch/lb_up.log" 2>&1 ||
+    { cat "$scratch/lb_up.log" >&2; die "'$COMPOSE --profile lb up haproxy' failed (are ports ${LB_L4_PORT:-9280}, ${LB_L7_PORT:-9281} and ${LB_STATS_PORT:-9285} free? set LB_L4_PORT, LB_L7_PORT, LB_STATS_PORT)"; }
+  # lb/compose.cfg's frontends, and the name that resolves to each replica.
+  LB_L4=haproxy:9280 LB_L7=haproxy:9281 LB_L4_AGED=haproxy:9282 LB_L4_SHORT=haproxy:9283 LB_L7_SHORT=haproxy:9284
+  lb_replicas=replica:9000
+  lb_logs() { timeout 60 "${compose[@]}" --profile lb logs --no-color replica replica-aged 2>&1 || true; }
+fi
+balance_() { client_at "$LB_L4" balance-client --calls "$BALANCE_CALLS" "$@"; }
+# fieldk NAME K FILTER: field, with $k bound to the number K.
+fieldk() { jq -r --argjson k "$2" "$3" "$scratch/$1.out" 2>/dev/null || true; }
+share() { field "$1" ".phases.$2 | \"\(.per_replica | to_entries | map(\"\(.key)=\(.value)\") | join(\" \")), \(.failed) failed\""; }
 
-  capture lb_spread balance_ --phases l4_pooled,l4_footgun,l7_pooled,client_side \
-    --l7 "$LB_L7" --replicas "$REPLICA_A,$REPLICA_B,$REPLICA_C"
-  check "11a L4, one channel: pinned" "$(share lb_spread l4_pooled)" "top share >= $PINNED_SHARE, 0 failed" \
-    "$(fieldk lb_spread "$PINNED_SHARE" '.phases.l4_pooled | .top_share >= $k and .failed == 0 and .connections == 1')" lb_spread
-  check "11b L7, one channel: spread" "$(share lb_spread l7_pooled)" "each >= $SPREAD_SHARE, 0 failed" \
-    "$(fieldk lb_spread "$SPREAD_SHARE" '.phases.l7_pooled | .min_share >= $k and .failed == 0')" lb_spread
-  check "11c client-side balance_list: spread" "$(share lb_spread client_side)" "each >= $SPREAD_SHARE, 0 failed" \
-    "$(fieldk lb_spread "$SPREAD_SHARE" '.phases.client_side | .min_share >= $k and .failed == 0')" lb_spread
-  note "L4 channel per call: spread, median" \
-    "$(share lb_spread l4_footgun), $(field lb_spread '.phases.l4_footgun.median_call_s * 1e6 | round / 1000') ms"
-  note "L4 / L7 one channel: connections" "$(field lb_spread '"\(.phases.l4_pooled.connections) / \(.phases.l7_pooled.connections)"')"
+# Readiness: HAProxy reaches all three replicas behind L4 and behind the aged
+# L4 (a new connection per call, round robin: 30 calls reach each replica
+# 10 times). In compose, HAProxy learns the replicas' addresses by DNS within
+# a couple of seconds of their start; a row must not run before.
+lb_ready=
+deadline=$((SECONDS + READY_TIMEOUT_S))
+while ((SECONDS < deadline)); do
+  capture lb_ready client_at "$LB_L4" balance-client --phases l4_footgun --calls 30
+  capture lb_ready_aged client_at "$LB_L4_AGED" balance-client --phases l4_footgun --calls 30
+  lb_ready=$(field lb_ready '.phases.l4_footgun.per_replica | length')+$(field lb_ready_aged '.phases.l4_footgun.per_replica | length')
+  [[ $lb_ready == 3+3 ]] && break
+  sleep 1
+done
+check "11 HAProxy reaches 3 + 3 replicas" "${lb_ready:-no answer} replicas" "3+3" \
+  "$([[ $lb_ready == 3+3 ]] && echo true)" lb_ready lb_ready_aged
 
-  capture lb_aged balance_ --phases l4_aged --l4-aged "$LB_L4_AGED" --aged-secs "$AGED_SECS"
-  check "11d L4 to replicas aged ${LB_AGE_SECS}s" "$(share lb_aged l4_aged)" "each >= $AGED_SHARE, 0 failed" \
-    "$(fieldk lb_aged "$AGED_SHARE" '.phases.l4_aged | .min_share >= $k and .failed == 0 and .goaways > 0')" lb_aged
-  note "aged: GOAWAYs / reconnects / calls" \
-    "$(field lb_aged '.phases.l4_aged | "\(.goaways) / \(.reconnects) / \(.calls)"')"
+capture lb_spread balance_ --phases l4_pooled,l4_footgun,l7_pooled,client_side \
+  --l7 "$LB_L7" --replicas "$lb_replicas"
+check "11a L4, one channel: pinned" "$(share lb_spread l4_pooled)" "top share >= $PINNED_SHARE, 0 failed" \
+  "$(fieldk lb_spread "$PINNED_SHARE" '.phases.l4_pooled | .top_share >= $k and .failed == 0 and .connections == 1')" lb_spread
+check "11b L7, one channel: spread" "$(share lb_spread l7_pooled)" "each >= $SPREAD_SHARE, 0 failed" \
+  "$(fieldk lb_spread "$SPREAD_SHARE" '.phases.l7_pooled | .min_share >= $k and .failed == 0')" lb_spread
+check "11c client-side balance_list: spread" "$(share lb_spread client_side)" "each >= $SPREAD_SHARE, 0 failed" \
+  "$(fieldk lb_spread "$SPREAD_SHARE" '.phases.client_side | .min_share >= $k and .failed == 0')" lb_spread
+note "L4 channel per call: spread, median" \
+  "$(share lb_spread l4_footgun), $(field lb_spread '.phases.l4_footgun.median_call_s * 1e6 | round / 1000') ms"
+note "L4 / L7 one channel: connections" "$(field lb_spread '"\(.phases.l4_pooled.connections) / \(.phases.l7_pooled.connections)"')"
 
-  capture lb_idle balance_ --phases l4_idle,l7_idle --l4-short "$LB_L4_SHORT" --l7-short "$LB_L7_SHORT" \
-    --idle-gap-secs "$IDLE_SECS"
-  got=$(field lb_idle '.phases | "L4 \(.l4_idle.keepalive.result)/\(.l4_idle.no_keepalive.result), L7 \(.l7_idle.keepalive.result)/\(.l7_idle.no_keepalive.result)"')
-  check "11e ${IDLE_SECS}s gap, 6 s LB timeout: keepalive/none" "${got:-exit $rc}" "SURVIVED/RECONNECTED|FAILED, both" \
-    "$(field lb_idle '.phases | [.l4_idle, .l7_idle] | all(.keepalive.result == "SURVIVED" and .no_keepalive.result != "SURVIVED")')" lb_idle
-  note "L7 idle: server PINGs reaching the client" "$(field lb_idle '.phases.l7_idle.keepalive.pings_received') (HAProxy answers PINGs, hop by hop)"
+capture lb_aged balance_ --phases l4_aged --l4-aged "$LB_L4_AGED" --aged-secs "$AGED_SECS"
+check "11d L4 to replicas aged ${LB_AGE_SECS}s" "$(share lb_aged l4_aged)" "each >= $AGED_SHARE, 0 failed" \
+  "$(fieldk lb_aged "$AGED_SHARE" '.phases.l4_aged | .min_share >= $k and .failed == 0 and .goaways > 0')" lb_aged
+note "aged: GOAWAYs / reconnects / calls" \
+  "$(field lb_aged '.phases.l4_aged | "\(.goaways) / \(.reconnects) / \(.calls)"')"
 
-  # HAProxy's own connections to the replicas (pooled h2 in L7, idle between
-  # calls, PINGed by the replicas) must never trip a policy of theirs.
-  tripped=$(cat "$scratch"/lb_*.log | grep -cE 'too many pings|too many control frames|ping strike|no HTTP/2 handshake in time' || true)
-  echo "$tripped" >"$scratch/lb_policies.out"
-  cp "$scratch/lb_a.log" "$scratch/lb_policies.err"
-  check "11f HAProxy trips no replica policy" "$tripped strikes, GOAWAYs, handshake closes" "0" \
-    "$([[ $tripped == 0 ]] && echo true)" lb_policies
+capture lb_idle balance_ --phases l4_idle,l7_idle --l4-short "$LB_L4_SHORT" --l7-short "$LB_L7_SHORT" \
+  --idle-gap-secs "$IDLE_SECS"
+got=$(field lb_idle '.phases | "L4 \(.l4_idle.keepalive.result)/\(.l4_idle.no_keepalive.result), L7 \(.l7_idle.keepalive.result)/\(.l7_idle.no_keepalive.result)"')
+check "11e ${IDLE_SECS}s gap, 6 s LB timeout: keepalive/none" "${got:-exit $rc}" "SURVIVED/RECONNECTED|FAILED, both" \
+  "$(field lb_idle '.phases | [.l4_idle, .l7_idle] | all(.keepalive.result == "SURVIVED" and .no_keepalive.result != "SURVIVED")')" lb_idle
+note "L7 idle: server PINGs reaching the client" "$(field lb_idle '.phases.l7_idle.keepalive.pings_received') (HAProxy answers PINGs, hop by hop)"
+
+# HAProxy's own connections to the replicas (pooled h2 in L7, idle between
+# calls, PINGed by the replicas) must never trip a policy of theirs.
+lb_logs >"$scratch/lb_policies.err"
+tripped=$(grep -cE 'too many pings|too many control frames|ping strike|no HTTP/2 handshake in time' "$scratch/lb_policies.err" || true)
+echo "$tripped" >"$scratch/lb_policies.out"
+check "11f HAProxy trips no replica policy" "$tripped strikes, GOAWAYs, handshake closes" "0" \
+  "$([[ $tripped == 0 ]] && echo true)" lb_policies
+# Stopped before section 12, whose CPU row wants the cores to itself.
+if [[ $mode == local ]]; then
   stop_lb
 else
-  say "11 behind a load balancer: runs in --local mode only for now (./verify.sh --local; see docs/balancing.md)"
-  note "11 behind a load balancer" "skipped: --local mode only for now"
+  bounded 120 "${compose[@]}" --profile lb stop haproxy replica replica-aged >"$scratch/lb_stop.log" 2>&1 ||
+    { cat "$scratch/lb_stop.log" >&2; die "'$COMPOSE --profile lb stop' failed"; }
 fi
 
 # ─── 12. Over TLS ────────────────────────────────────────────────────────────
-# A second routing-server with --tls-cert/--tls-key (certificates from its own
-# `dev-cert` in the scratch directory), issuing no session tickets, so that
-# every footgun connection pays a full handshake. --local mode only for now:
-# compose has no TLS service yet.
+# A second routing-server with --tls-cert/--tls-key, with certificates from its
+# own `dev-cert`, issuing no session tickets, so that every footgun connection
+# pays a full handshake. --local: in the scratch directory, on a free port.
+# Compose: the `tls` profile (`certs` writes them into the `tls` volume,
+# `server-tls` serves on 9443, the tools read /certs/tls/ca.pem).
 if [[ $mode == local ]]; then
   bounded 60 "$bin_dir/routing-server" dev-cert --out "$scratch/certs" 2>"$scratch/dev_cert.log" ||
     { cat "$scratch/dev_cert.log" >&2; die "routing-server dev-cert failed"; }
-  tls_args=(--tls-ca "$scratch/certs/ca.pem")
+  ca=$scratch/certs/ca.pem
   launch_local tls --tls-session-tickets false \
     --tls-cert "$scratch/certs/server.pem" --tls-key "$scratch/certs/server.key"
   tls_pid=$launched_pid
@@ -806,80 +853,106 @@ if [[ $mode == local ]]; then
   [[ -n $launched_addr ]] || { tail -n 20 "$scratch/tls.log" >&2; die "the TLS routing-server did not start"; }
   # The certificate names localhost and 127.0.0.1; clients check the name.
   tls_target=localhost:${launched_addr##*:}
-  tls_status=
-  deadline=$((SECONDS + READY_TIMEOUT_S))
-  while ((SECONDS < deadline)); do
-    capture tls_ready grpcurl_ -cacert "$scratch/certs/ca.pem" -connect-timeout "$READY_PROBE_S" \
-      -max-time "$READY_PROBE_S" -d '{}' "$tls_target" grpc.health.v1.Health/Check
-    tls_status=$(field tls_ready .status)
-    [[ $tls_status == SERVING ]] && break
-    sleep 1
-  done
-  [[ $tls_status == SERVING ]] || fail "12 TLS server reports SERVING" "${tls_status:-no answer}" "SERVING" tls_ready
-
-  capture tls_list grpcurl_ -cacert "$scratch/certs/ca.pem" "$tls_target" list
-  found=$(grep -cx "$SERVICE" "$scratch/tls_list.out" || true)
-  check "12a TLS: reflection lists RoutingService" "$(wc -l <"$scratch/tls_list.out") services, match=$found" \
-    "lists $SERVICE" "$([[ $rc == 0 && $found == 1 ]] && echo true)" tls_list
-
-  capture tls_quote grpcurl_ -cacert "$scratch/certs/ca.pem" -d "$QUOTE_JSON" "$tls_target" "$SERVICE/GetQuote"
-  got=$(field tls_quote '[.quote.price.amount, .quote.routeId] | join(" ")')
-  check "12b TLS: GetQuote" "${got:-no answer}" "1001.00 NLRTM-SGSIN" \
-    "$([[ $got == "1001.00 NLRTM-SGSIN" ]] && echo true)" tls_quote
-
-  capture tls_catalog grpcurl_ -cacert "$scratch/certs/ca.pem" -max-msg-sz "$RAISED_CAP" -d '{"pageSize":25}' \
-    "$tls_target" "$SERVICE/ListRoutes"
-  got=$(field tls_catalog '.routes | length')
-  check "12c TLS: full catalog, -max-msg-sz" "${got:-exit $rc} routes" "25 routes" \
-    "$([[ $got == 25 ]] && echo true)" tls_catalog
-
-  started=$SECONDS
-  capture tls_plaintext grpcurl_ -plaintext "$tls_target" list
-  took=$((SECONDS - started))
-  told=$(grep -c 'this port speaks TLS' "$scratch/tls_plaintext.err" || true)
-  check "12d grpcurl -plaintext on the TLS port" "exit $rc in ${took}s, told=$told" "fails in < ${TLS_PLAINTEXT_MAX_S}s, says TLS" \
-    "$([[ $rc != 0 && $told -ge 1 && $took -lt $TLS_PLAINTEXT_MAX_S ]] && echo true)" tls_plaintext
-
-  # 12e/f. Lever 1 over TLS on the link: the footgun pays TCP and TLS.
-  tls_client() { client_at "$tls_target" "$1" "${tls_args[@]}" "${@:2}"; } # tls_client BIN ARGS...
-  link_reuse tls_ "12e/f TLS median call in RTTs" "$TLS_FOOTGUN_MIN_RTTS" "$TLS_POOLED_MAX_RTTS" tls_client
-  check "12e TLS footgun on $LINK: median call" "${footgun_rtts:-exit $rc} RTT, $(field tls_footgun_link .tls.version)" \
-    ">= $TLS_FOOTGUN_MIN_RTTS RTT" \
-    "$(jqn --argjson f "${footgun_rtts:-0}" --argjson k "$TLS_FOOTGUN_MIN_RTTS" '$f >= $k')" tls_footgun_link
-  check "12f TLS pooled on $LINK: median call" "${pooled_rtts:-exit $rc} RTT" "<= $TLS_POOLED_MAX_RTTS RTT" \
-    "$(jqn --argjson p "${pooled_rtts:-1e9}" --argjson k "$TLS_POOLED_MAX_RTTS" '$p <= $k')" tls_pooled_link
-  note "TLS footgun / pooled on $LINK, median" "${footgun_rtts} / ${pooled_rtts} RTT"
-
-  # 12g. The handshake's price on loopback: the servers' own CPU time, from
-  # /proc (Linux), per footgun call, full TLS handshakes against plaintext.
-  cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-  if [[ -r /proc/$tls_pid/stat && -r /proc/$server_pid/stat ]]; then
-    for try in $(seq "$TIMING_ATTEMPTS"); do
-      before=$(cpu_ticks "$server_pid")
-      capture cpu_plain client_ footgun-client --calls "$TLS_CPU_CALLS"
-      plain_ticks=$(($(cpu_ticks "$server_pid") - before))
-      before=$(cpu_ticks "$tls_pid")
-      capture cpu_tls tls_client footgun-client --calls "$TLS_CPU_CALLS"
-      tls_ticks=$(($(cpu_ticks "$tls_pid") - before))
-      ratio=$(jqn --argjson t "$tls_ticks" --argjson p "$plain_ticks" 'if $p > 0 then $t / $p * 100 | round / 100 else 0 end')
-      cpu_ok=$(jqn --argjson r "$ratio" --argjson k "$TLS_CPU_MIN_RATIO" '$r >= $k')
-      [[ $cpu_ok == true ]] && break
-      if ((try < TIMING_ATTEMPTS)); then
-        row "12g TLS handshake CPU (try $try)" "x$ratio ($tls_ticks / $plain_ticks ticks)" ">= x$TLS_CPU_MIN_RATIO" "retry"
-      fi
-    done
-    per_call() { jqn --argjson t "$1" --argjson n "$TLS_CPU_CALLS" '$t * 10000 / $n | round'; }
-    check "12g server CPU per footgun call: TLS/plain" \
-      "x$ratio ($(per_call "$tls_ticks") / $(per_call "$plain_ticks") us)" ">= x$TLS_CPU_MIN_RATIO" "$cpu_ok" cpu_tls cpu_plain
-    note "server CPU per conn: TLS / plain" "$(per_call "$tls_ticks") us / $(per_call "$plain_ticks") us"
-  else
-    row "12g server CPU per footgun call: TLS/plain" "no /proc on this system" "(Linux only)" skipped
-  fi
 else
-  row "12 TLS rows" "--local mode only for now" "(compose: no TLS service yet)" skipped
+  say "starting: $COMPOSE --profile tls up -d server-tls (after certs)"
+  ROUTING_TLS_SESSION_TICKETS=false bounded 300 "${compose[@]}" --profile tls up -d --no-build server-tls \
+    >"$scratch/tls_up.log" 2>&1 ||
+    { cat "$scratch/tls_up.log" >&2; die "'$COMPOSE --profile tls up server-tls' failed (is port ${ROUTING_TLS_PORT:-9443} free? set ROUTING_TLS_PORT)"; }
+  # podman-compose starts server-tls once certs has stopped, whatever its exit code.
+  certs_exit=$(container_of certs -a | xargs -r "$engine" inspect --format '{{.State.ExitCode}}' 2>/dev/null || true)
+  [[ $certs_exit == 0 ]] || {
+    timeout 60 "${compose[@]}" --profile tls logs --no-color certs >&2 || true
+    die "the certs service (routing-server dev-cert) exited ${certs_exit:-?}, so server-tls has no certificate (log above)"
+  }
+  ca=/certs/tls/ca.pem
+  # The certificate names server-tls, the service's name.
+  tls_target=server-tls:9443
+fi
+tls_args=(--tls-ca "$ca")
+tls_status=
+deadline=$((SECONDS + READY_TIMEOUT_S))
+while ((SECONDS < deadline)); do
+  capture tls_ready grpcurl_ -cacert "$ca" -connect-timeout "$READY_PROBE_S" \
+    -max-time "$READY_PROBE_S" -d '{}' "$tls_target" grpc.health.v1.Health/Check
+  tls_status=$(field tls_ready .status)
+  [[ $tls_status == SERVING ]] && break
+  sleep 1
+done
+[[ $tls_status == SERVING ]] || fail "12 TLS server reports SERVING" "${tls_status:-no answer}" "SERVING" tls_ready
+
+capture tls_list grpcurl_ -cacert "$ca" "$tls_target" list
+found=$(grep -cx "$SERVICE" "$scratch/tls_list.out" || true)
+check "12a TLS: reflection lists RoutingService" "$(wc -l <"$scratch/tls_list.out") services, match=$found" \
+  "lists $SERVICE" "$([[ $rc == 0 && $found == 1 ]] && echo true)" tls_list
+
+capture tls_quote grpcurl_ -cacert "$ca" -d "$QUOTE_JSON" "$tls_target" "$SERVICE/GetQuote"
+got=$(field tls_quote '[.quote.price.amount, .quote.routeId] | join(" ")')
+check "12b TLS: GetQuote" "${got:-no answer}" "1001.00 NLRTM-SGSIN" \
+  "$([[ $got == "1001.00 NLRTM-SGSIN" ]] && echo true)" tls_quote
+
+capture tls_catalog grpcurl_ -cacert "$ca" -max-msg-sz "$RAISED_CAP" -d '{"pageSize":25}' \
+  "$tls_target" "$SERVICE/ListRoutes"
+got=$(field tls_catalog '.routes | length')
+check "12c TLS: full catalog, -max-msg-sz" "${got:-exit $rc} routes" "25 routes" \
+  "$([[ $got == 25 ]] && echo true)" tls_catalog
+
+# In compose, `took` includes starting grpcurl's container (about a second).
+started=$SECONDS
+capture tls_plaintext grpcurl_ -plaintext "$tls_target" list
+took=$((SECONDS - started))
+told=$(grep -c 'this port speaks TLS' "$scratch/tls_plaintext.err" || true)
+check "12d grpcurl -plaintext on the TLS port" "exit $rc in ${took}s, told=$told" "fails in < ${TLS_PLAINTEXT_MAX_S}s, says TLS" \
+  "$([[ $rc != 0 && $told -ge 1 && $took -lt $TLS_PLAINTEXT_MAX_S ]] && echo true)" tls_plaintext
+
+# 12e/f. Lever 1 over TLS on the link: the footgun pays TCP and TLS.
+tls_client() { client_at "$tls_target" "$1" "${tls_args[@]}" "${@:2}"; } # tls_client BIN ARGS...
+link_reuse tls_ "12e/f TLS median call in RTTs" "$TLS_FOOTGUN_MIN_RTTS" "$TLS_POOLED_MAX_RTTS" tls_client
+check "12e TLS footgun on $LINK: median call" "${footgun_rtts:-exit $rc} RTT, $(field tls_footgun_link .tls.version)" \
+  ">= $TLS_FOOTGUN_MIN_RTTS RTT" \
+  "$(jqn --argjson f "${footgun_rtts:-0}" --argjson k "$TLS_FOOTGUN_MIN_RTTS" '$f >= $k')" tls_footgun_link
+check "12f TLS pooled on $LINK: median call" "${pooled_rtts:-exit $rc} RTT" "<= $TLS_POOLED_MAX_RTTS RTT" \
+  "$(jqn --argjson p "${pooled_rtts:-1e9}" --argjson k "$TLS_POOLED_MAX_RTTS" '$p <= $k')" tls_pooled_link
+note "TLS footgun / pooled on $LINK, median" "${footgun_rtts} / ${pooled_rtts} RTT"
+
+# 12g. The handshake's price on loopback: the servers' own CPU time, from
+# /proc (Linux), per footgun call, full TLS handshakes against plaintext. In
+# compose the servers are container processes, which the host's /proc shows
+# too: their PIDs come from the engine (docker or podman inspect).
+service_pid() { # service_pid SERVICE: the host PID of the service's container
+  container_of "$1" | xargs -r timeout 30 "$engine" inspect --format '{{.State.Pid}}' 2>/dev/null || true
+}
+if [[ $mode == local ]]; then
+  plain_pid=$server_pid
+else
+  plain_pid=$(service_pid server)
+  tls_pid=$(service_pid server-tls)
+fi
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+if [[ -n $tls_pid && -n $plain_pid && -r /proc/$tls_pid/stat && -r /proc/$plain_pid/stat ]]; then
+  for try in $(seq "$TIMING_ATTEMPTS"); do
+    before=$(cpu_ticks "$plain_pid")
+    capture cpu_plain client_ footgun-client --calls "$TLS_CPU_CALLS"
+    plain_ticks=$(($(cpu_ticks "$plain_pid") - before))
+    before=$(cpu_ticks "$tls_pid")
+    capture cpu_tls tls_client footgun-client --calls "$TLS_CPU_CALLS"
+    tls_ticks=$(($(cpu_ticks "$tls_pid") - before))
+    ratio=$(jqn --argjson t "$tls_ticks" --argjson p "$plain_ticks" 'if $p > 0 then $t / $p * 100 | round / 100 else 0 end')
+    cpu_ok=$(jqn --argjson r "$ratio" --argjson k "$TLS_CPU_MIN_RATIO" '$r >= $k')
+    [[ $cpu_ok == true ]] && break
+    if ((try < TIMING_ATTEMPTS)); then
+      row "12g TLS handshake CPU (try $try)" "x$ratio ($tls_ticks / $plain_ticks ticks)" ">= x$TLS_CPU_MIN_RATIO" "retry"
+    fi
+  done
+  per_call() { jqn --argjson t "$1" --argjson n "$TLS_CPU_CALLS" '$t * 10000 / $n | round'; }
+  check "12g server CPU per footgun call: TLS/plain" \
+    "x$ratio ($(per_call "$tls_ticks") / $(per_call "$plain_ticks") us)" ">= x$TLS_CPU_MIN_RATIO" "$cpu_ok" cpu_tls cpu_plain
+  note "server CPU per conn: TLS / plain" "$(per_call "$tls_ticks") us / $(per_call "$plain_ticks") us"
+else
+  row "12g server CPU per footgun call: TLS/plain" "cannot read the servers' /proc/PID/stat" "(Linux; a rootless engine hides them)" skipped
 fi
 
 # ─── Summary ─────────────────────────────────────────────────────────────────
 printf '\nSummary (mode=%s)\n' "$mode"
 printf '%s\n' "${summary[@]}"
 printf '\nPASS\n'
+}

@@ -20,6 +20,11 @@
 #   grpcurl, ghz       compose.yaml's GRPCURL_IMAGE and GHZ_IMAGE defaults:
 #                      the static `go install`ed binaries with the published
 #                      images' entrypoints (/bin/grpcurl, /ghz)
+#   haproxy            compose.yaml's HAPROXY_IMAGE default, the official
+#                      haproxy:2.6: this host's haproxy (Debian bookworm's
+#                      2.6 package, which CI installs) and the libraries it
+#                      links, run as the official image runs it for
+#                      compose.yaml (haproxy -W -db -f its config, user 99)
 #   the frontend       the Dockerfile's `# syntax=` line: BuildKit's
 #                      dockerfile frontend, built by ci/install-docker.sh
 #
@@ -54,6 +59,8 @@ frontend_image=$(default_of Dockerfile '1s/^# syntax=//p')
 grpcurl_image=$(default_of compose.yaml 's/.*\${GRPCURL_IMAGE:-\([^}]*\)}.*/\1/p')
 # shellcheck disable=SC2016
 ghz_image=$(default_of compose.yaml 's/.*\${GHZ_IMAGE:-\([^}]*\)}.*/\1/p')
+# shellcheck disable=SC2016
+haproxy_image=$(default_of compose.yaml 's/.*\${HAPROXY_IMAGE:-\([^}]*\)}.*/\1/p')
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -150,6 +157,18 @@ cp "$go_bin_dir/grpcurl" "$work/grpcurl/bin/"
 import "$grpcurl_image" "$work/grpcurl" --change 'ENTRYPOINT ["/bin/grpcurl"]'
 cp "$go_bin_dir/ghz" "$work/ghz/"
 import "$ghz_image" "$work/ghz" --change 'ENTRYPOINT ["/ghz"]'
+
+# ─── haproxy ─────────────────────────────────────────────────────────────────
+haproxy_bin=$(command -v haproxy) || { echo "haproxy is not on PATH: apt-get install haproxy" >&2; exit 2; }
+mkdir -p "$work/haproxy/usr/sbin" "$work/haproxy/usr/local/etc/haproxy"
+ldd "$haproxy_bin" | grep -o '/[^ ]*' | sort -u | while read -r lib; do
+  cp --parents -L "$lib" "$work/haproxy/"
+done
+cp "$haproxy_bin" "$work/haproxy/usr/sbin/haproxy"
+import "$haproxy_image" "$work/haproxy" \
+  --change 'USER 99:99' \
+  --change 'ENTRYPOINT ["/usr/sbin/haproxy", "-W", "-db"]' \
+  --change 'CMD ["-f", "/usr/local/etc/haproxy/haproxy.cfg"]'
 
 # ─── The Dockerfile frontend ─────────────────────────────────────────────────
 # BuildKit runs it as a gateway; the label says it needs no network.

@@ -15,6 +15,10 @@
 #   server    the repository's real Dockerfile, final stage, built on the two above
 #   grpcurl   FROM scratch + a `go install`ed grpcurl, entrypoint /bin/grpcurl
 #   ghz       FROM scratch + a `go install`ed ghz, entrypoint /ghz
+#   haproxy   FROM scratch + this host's haproxy (Debian's package, which CI
+#             installs) and the libraries it links, standing in for the
+#             official haproxy:2.6: the same entrypoint behaviour for
+#             compose.yaml's use (haproxy -W -db -f the config), user 99
 #
 # Usage: ci/standin-images.sh RELEASE_DIR GO_BIN_DIR
 # Prints the image overrides for verify.sh as shell assignments on stdout.
@@ -25,7 +29,7 @@ set -euo pipefail
 release_dir=${1:?usage: ci/standin-images.sh RELEASE_DIR GO_BIN_DIR}
 go_bin_dir=${2:?usage: ci/standin-images.sh RELEASE_DIR GO_BIN_DIR}
 repo=$(cd "$(dirname "$0")/.." && pwd)
-bins=(routing-server footgun-client pooled-client gzip-client keepalive-client window-client routing-link)
+bins=(routing-server footgun-client pooled-client gzip-client keepalive-client window-client balance-client routing-link)
 tag=${STANDIN_TAG:-ci}
 
 work=$(mktemp -d)
@@ -43,7 +47,10 @@ for bin in "${bins[@]}"; do ldd "$release_dir/$bin"; done |
   grep -o '/[^ ]*' | sort -u | while read -r lib; do
     cp --parents -L "$lib" "$work/runtime/"
   done
-printf 'FROM scratch\nCOPY . /\n' >"$work/runtime/Containerfile"
+# distroless's nonroot user has a home of its own (compose.yaml mounts the
+# certificates volume there, and a new volume takes its owner).
+mkdir -p "$work/runtime/home/nonroot"
+printf 'FROM scratch\nCOPY . /\nCOPY --chown=65532:65532 home/nonroot /home/nonroot\n' >"$work/runtime/Containerfile"
 build runtime "$work/runtime"
 
 # binaries: what the Dockerfile's build stage would leave in /out.
@@ -67,6 +74,19 @@ cp "$go_bin_dir/ghz" "$work/ghz/"
 printf 'FROM scratch\nCOPY ghz /ghz\nENTRYPOINT ["/ghz"]\n' >"$work/ghz/Containerfile"
 build ghz "$work/ghz"
 
+# haproxy: the host's binary and every library it loads, at the same paths.
+haproxy_bin=$(command -v haproxy) || { echo "haproxy is not on PATH: apt-get install haproxy" >&2; exit 2; }
+mkdir -p "$work/haproxy/usr/sbin"
+ldd "$haproxy_bin" | grep -o '/[^ ]*' | sort -u | while read -r lib; do
+  cp --parents -L "$lib" "$work/haproxy/"
+done
+cp "$haproxy_bin" "$work/haproxy/usr/sbin/haproxy"
+printf '%s\n' 'FROM scratch' 'COPY . /' 'USER 99:99' \
+  'ENTRYPOINT ["/usr/sbin/haproxy", "-W", "-db"]' 'CMD ["-f", "/usr/local/etc/haproxy/haproxy.cfg"]' \
+  >"$work/haproxy/Containerfile"
+build haproxy "$work/haproxy"
+
 echo "ROUTING_IMAGE=localhost/standin-routing-server:$tag"
 echo "GRPCURL_IMAGE=localhost/standin-grpcurl:$tag"
 echo "GHZ_IMAGE=localhost/standin-ghz:$tag"
+echo "HAPROXY_IMAGE=localhost/standin-haproxy:$tag"

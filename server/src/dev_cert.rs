@@ -25,6 +25,9 @@ use rcgen::{
 /// container can check it (`server`, `server-tls`).
 pub const SERVER_NAMES: [&str; 4] = ["localhost", "127.0.0.1", "server", "server-tls"];
 
+/// The names of the three files `dev-cert` writes into its directory.
+pub const FILES: [&str; 3] = ["ca.pem", "server.pem", "server.key"];
+
 /// The three files `dev-cert` writes, as PEM text.
 #[derive(Debug, Clone)]
 pub struct DevCert {
@@ -73,8 +76,8 @@ impl DevCert {
 }
 
 /// The key is readable by its owner only, where the platform says so.
-/// (A container that runs the server as another user needs it readable:
-/// compose.yaml's one-shot service sets that itself.)
+/// (compose.yaml's `certs` service runs as the same user as `server-tls`,
+/// 65532, so the key needs no wider mode there.)
 fn write_private(path: &Path, text: &str) -> io::Result<()> {
     fs::write(path, text)?;
     #[cfg(unix)]

@@ -678,6 +678,13 @@ pub struct Config {
     /// (visible ASCII, at most 64 characters) [default: no header].
     #[arg(long, env = "ROUTING_REPLICA", value_parser = replica_name)]
     pub replica: Option<String>,
+
+    /// Name this replica by its host name instead (a container's or a pod's own,
+    /// from /proc/sys/kernel/hostname): for the replicas of one scaled service,
+    /// which share every setting.
+    #[arg(long, env = "ROUTING_REPLICA_HOSTNAME", conflicts_with = "replica",
+          default_value_t = false, action = clap::ArgAction::Set)]
+    pub replica_hostname: bool,
 }
 
 /// Parses a number of seconds that must be at least 1, with a message that
@@ -730,7 +737,7 @@ fn at_least_one(text: &str, unit: &str) -> Result<usize, String> {
 
 /// Parses a replica name: 1 to 64 visible ASCII characters, so it is a valid
 /// header value and short enough to count by.
-fn replica_name(text: &str) -> Result<String, String> {
+pub fn replica_name(text: &str) -> Result<String, String> {
     let name = text.trim();
     let visible = name.bytes().all(|b| b.is_ascii_graphic());
     if name.is_empty() || name.len() > 64 || !visible {
@@ -866,6 +873,7 @@ impl Default for Config {
             max_idle_after_burst_secs: MAX_IDLE_AFTER_BURST.map_or(0, |d| d.as_secs()),
             burst_streams: BURST_STREAMS,
             replica: None,
+            replica_hostname: false,
         }
     }
 }

@@ -48,6 +48,11 @@ enum Command {
         /// Directory to write the three files into (made if missing).
         #[arg(long, value_name = "DIR")]
         out: std::path::PathBuf,
+        /// Keep the files if all three are already there, instead of a new CA
+        /// (compose.yaml's `certs` runs before every start of `server-tls`:
+        /// a ca.pem that clients already hold stays valid).
+        #[arg(long)]
+        keep: bool,
     },
 }
 
@@ -112,7 +117,7 @@ async fn run(cli: Cli) -> ExitCode {
                     other => Err(format!("{target} is {}", other.as_str_name()).into()),
                 }
             }),
-        Some(Command::DevCert { out }) => dev_cert(&out),
+        Some(Command::DevCert { out, keep }) => dev_cert(&out, keep),
         None => serve(cli.config).await,
     };
     match outcome {
@@ -129,7 +134,15 @@ async fn run(cli: Cli) -> ExitCode {
     }
 }
 
-fn dev_cert(out: &std::path::Path) -> Result<(), routing_server::server::Error> {
+fn dev_cert(out: &std::path::Path, keep: bool) -> Result<(), routing_server::server::Error> {
+    if keep
+        && routing_server::dev_cert::FILES
+            .iter()
+            .all(|f| out.join(f).is_file())
+    {
+        tracing::info!(dir = %out.display(), "kept the ca.pem, server.pem and server.key already there (--keep)");
+        return Ok(());
+    }
     let made = routing_server::dev_cert::generate(&routing_server::dev_cert::SERVER_NAMES)?;
     made.write_to(out)
         .map_err(|e| format!("cannot write into {}: {e}", out.display()))?;
@@ -140,6 +153,8 @@ fn dev_cert(out: &std::path::Path) -> Result<(), routing_server::server::Error> 
 async fn serve(config: Config) -> Result<(), routing_server::server::Error> {
     // The TLS files are checked before the port is taken (and again by run).
     routing_server::tls::ServerTls::from_config(&config)?;
+    let mut config = config;
+    config.replica = routing_server::lifetime::replica_name(&config)?;
     let listener = routing_server::server::bind_with_backlog(config.listen, &config)?;
     routing_server::run(listener, config, shutdown::signal()).await
 }

@@ -361,3 +361,28 @@ async fn a_connection_idle_after_a_burst_is_sent_away_and_a_calm_one_is_not() {
     );
     server.shutdown().await.expect("server stops");
 }
+
+/// `--replica` and `--replica-hostname` name the replica two ways: both at
+/// once is a usage error (exit 2) that names them.
+#[test]
+fn replica_and_replica_hostname_conflict() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_routing-server"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--replica",
+            "a",
+            "--replica-hostname",
+            "true",
+        ])
+        .env_remove("ROUTING_REPLICA")
+        .env_remove("ROUTING_REPLICA_HOSTNAME")
+        .output()
+        .expect("routing-server runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--replica") && stderr.contains("cannot be used with"),
+        "{stderr}"
+    );
+}

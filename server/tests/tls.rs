@@ -293,6 +293,32 @@ fn bad_tls_input_is_refused_naming_the_flag() {
     assert_eq!(refused.flag, "--tls-cert");
 }
 
+/// `dev-cert --keep` keeps a complete set (compose runs it before every
+/// start of `server-tls`, and clients hold its ca.pem); without `--keep`,
+/// or with a file missing, a new CA is written.
+#[test]
+fn dev_cert_keep_keeps_a_complete_set() {
+    let dir = std::env::temp_dir().join(format!("dev-cert-keep-{}", std::process::id()));
+    let run = |keep: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_routing-server"));
+        command.args(["dev-cert", "--out", text(&dir)]);
+        if keep {
+            command.arg("--keep");
+        }
+        let status = command.status().expect("routing-server runs");
+        assert!(status.success(), "dev-cert keep={keep}: {status}");
+        std::fs::read_to_string(dir.join("ca.pem")).expect("ca.pem written")
+    };
+    let first = run(true);
+    assert_eq!(run(true), first, "--keep replaced a complete set");
+    std::fs::remove_file(dir.join("server.key")).expect("removed");
+    let second = run(true);
+    assert_ne!(second, first, "--keep kept an incomplete set");
+    assert!(dir.join("server.key").is_file());
+    assert_ne!(run(false), second, "without --keep the CA is new");
+    std::fs::remove_dir_all(&dir).expect("cleaned up");
+}
+
 /// Given a TLS server, when a tonic client that trusts the dev CA calls
 /// GetQuote and asks for the full 25-route page, then both are served as
 /// in plaintext: the quote's price, and all 25 routes (about 5 MB).

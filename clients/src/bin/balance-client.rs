@@ -100,7 +100,9 @@ struct Args {
     /// The L7 frontend (HAProxy mode http, proto h2).
     #[arg(long)]
     l7: Option<Target>,
-    /// The replicas themselves, comma-separated, for client_side.
+    /// The replicas themselves, comma-separated, for client_side. A name that
+    /// resolves to several addresses (a scaled compose service) is one
+    /// replica per address, as a DNS resolver in front of a balancer gives.
     #[arg(long, value_delimiter = ',')]
     replicas: Vec<Target>,
     /// The L4 frontend in front of replicas with a connection age.
@@ -410,12 +412,20 @@ async fn footgun(args: &Args) -> Result<Spread, Error> {
     Ok(spread)
 }
 
-/// tonic's balancer over the replicas' own addresses.
+/// tonic's balancer over the replicas' own addresses, each name resolved
+/// once to all its addresses.
 async fn client_side(args: &Args) -> Result<Spread, Error> {
-    let endpoints = args
-        .replicas
+    let mut addrs = std::collections::BTreeSet::new();
+    for target in &args.replicas {
+        let found = tokio::net::lookup_host(target.to_string())
+            .await
+            .map_err(|e| format!("--replicas {target}: cannot resolve it: {e}"))?;
+        addrs.extend(found);
+    }
+    tracing::info!(?addrs, "client_side: one endpoint per replica address");
+    let endpoints = addrs
         .iter()
-        .map(|target| args.baseline.endpoint_at(target.uri()))
+        .map(|addr| args.baseline.endpoint_at(format!("http://{addr}")))
         .collect::<Result<Vec<_>, _>>()?;
     let channel = Channel::balance_list(endpoints.into_iter());
     let client = RoutingServiceClient::new(channel);
