@@ -26,12 +26,20 @@
 //! so it reports none). The client starts no server and no balancer: it
 //! takes their addresses as flags.
 //!
-//! Run with (verify.sh --local starts the replicas and HAProxy):
+//! Run with (verify.sh starts the replicas and HAProxy; by hand, see
+//! docs/balancing.md):
 //!
 //! ```console
 //! $ balance-client --phases l4_pooled,l7_pooled --target 127.0.0.1:9280 --l7 127.0.0.1:9281
 //! {"client":"balance","phases":{"l4_pooled":{"calls":300,"failed":0,"connections":1,"per_replica":{"a":300},"top_share":1.0,"min_share":0.0,...},"l7_pooled":{...}}}
+//! $ docker compose --profile lb up -d haproxy
+//! $ docker compose --profile tools run --rm clients balance-client --target haproxy:9280 \
+//!     --l7 haproxy:9281 --replicas replica:9000 --phases l4_pooled,l7_pooled,client_side
 //! ```
+//!
+//! In compose, `--replicas replica:9000` is one name for three containers:
+//! each name is resolved once, and tonic's balancer gets one endpoint per
+//! address.
 //!
 //! `--target` is the L4 frontend. Exit 2 when a phase lacks its address,
 //! 1 when nothing can be reached; failed calls are counted, not fatal.
