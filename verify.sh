@@ -951,6 +951,20 @@ else
   row "12g server CPU per footgun call: TLS/plain" "cannot read the servers' /proc/PID/stat" "(Linux; a rootless engine hides them)" skipped
 fi
 
+# 12h. What the TLS port offers, as openssl on the host sees it: ALPN h2 (the
+# only protocol it offers), over TLS 1.3 (1.2 too, when a client asks). In
+# compose, through the port published on the host's loopback.
+if [[ $mode == local ]]; then tls_host_port=127.0.0.1:${tls_target##*:}; else tls_host_port=127.0.0.1:${ROUTING_TLS_PORT:-9443}; fi
+if command -v openssl >/dev/null 2>&1; then
+  capture tls_alpn bounded 30 openssl s_client -connect "$tls_host_port" -servername localhost -alpn h2
+  alpn=$(grep -ao 'ALPN protocol: [^ ]*' "$scratch/tls_alpn.out" | head -n 1 | cut -d' ' -f3 || true)
+  version=$(grep -aoE 'New, TLSv1\.[0-9]' "$scratch/tls_alpn.out" | head -n 1 | cut -d' ' -f2 || true)
+  check "12h openssl s_client -alpn h2" "ALPN ${alpn:-none}, ${version:-no handshake}" "ALPN h2, TLSv1.3" \
+    "$([[ $alpn == h2 && $version == TLSv1.3 ]] && echo true)" tls_alpn
+else
+  row "12h openssl s_client -alpn h2" "no openssl on PATH" "(apt-get install openssl)" skipped
+fi
+
 # ─── Summary ─────────────────────────────────────────────────────────────────
 printf '\nSummary (mode=%s)\n' "$mode"
 printf '%s\n' "${summary[@]}"
