@@ -34,6 +34,14 @@ use serde::Serialize;
 #[derive(Debug, Clone)]
 pub struct TlsCa(Arc<RootCertStore>);
 
+impl TlsCa {
+    /// The certificates, e.g. for a rustls configuration of one's own
+    /// (the harness's raw clients).
+    pub fn roots(&self) -> Arc<RootCertStore> {
+        Arc::clone(&self.0)
+    }
+}
+
 /// Parses `--tls-ca`: a readable PEM file with at least one CA certificate.
 pub fn tls_ca(path: &str) -> Result<TlsCa, String> {
     let pem = fs::read(Path::new(path)).map_err(|e| format!("{path}: cannot read it: {e}"))?;

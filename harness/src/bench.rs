@@ -26,6 +26,7 @@ use crate::{
     procfs::{self, USER_HZ},
     raw::RawConn,
     target::LoopbackTarget,
+    tls::HarnessTls,
 };
 
 /// Decode cap of the ListRoutes clients: 16 MiB, as the chapter's
@@ -144,9 +145,23 @@ pub async fn measure_load(
     channels: u64,
     max: Duration,
 ) -> Result<RunResult, Error> {
+    measure_load_over(server, None, load, calls, concurrency, channels, max).await
+}
+
+/// [`measure_load`] over `tls` if given ([`crate::bench_tls`]).
+pub async fn measure_load_over(
+    server: &Server,
+    tls: Option<&HarnessTls>,
+    load: Load,
+    calls: u64,
+    concurrency: u64,
+    channels: u64,
+    max: Duration,
+) -> Result<RunResult, Error> {
     let mut pool = Vec::new();
     for _ in 0..channels.max(1) {
-        pool.push(probe::connect(&server.target, CALL_DEADLINE, Duration::from_secs(5)).await?);
+        let limit = Duration::from_secs(5);
+        pool.push(probe::connect_over(&server.target, tls, CALL_DEADLINE, limit).await?);
     }
     let process = server.process.process();
     let cpu_before = process.and_then(|p| p.sample()).map(|s| s.cpu_ticks);
@@ -238,6 +253,15 @@ pub struct IdleResult {
 /// Opens `n` HTTP/2 connections that complete the handshake and then idle,
 /// and reads the server's RSS before and with them.
 pub async fn measure_idle(server: &Server, n: u64) -> Result<IdleResult, Error> {
+    measure_idle_over(server, None, n).await
+}
+
+/// [`measure_idle`] with connections over `tls` if given.
+pub async fn measure_idle_over(
+    server: &Server,
+    tls: Option<&HarnessTls>,
+    n: u64,
+) -> Result<IdleResult, Error> {
     let process = server.process.process();
     let rss_rest = process.and_then(|p| p.sample()).map(|s| s.rss);
     let mut result = IdleResult {
@@ -255,9 +279,9 @@ pub async fn measure_idle(server: &Server, n: u64) -> Result<IdleResult, Error> 
         left -= batch;
         let mut set = JoinSet::new();
         for _ in 0..batch {
-            let addr = server.target.addr();
+            let (addr, tls) = (server.target.addr(), tls.cloned());
             set.spawn(async move {
-                let mut conn = RawConn::connect(addr).await?;
+                let mut conn = RawConn::dial(addr, tls.as_ref()).await?;
                 conn.handshake().await?;
                 Ok::<_, crate::raw::RawError>(conn)
             });
@@ -372,13 +396,14 @@ pub async fn run(servers: &[Server], knobs: &BenchKnobs) -> Result<Vec<Measureme
 }
 
 /// One row of the table: a label and one number per server.
-struct Row {
-    label: String,
-    values: Vec<Option<f64>>,
+#[derive(Debug)]
+pub struct Row {
+    pub label: String,
+    pub values: Vec<Option<f64>>,
     /// Decimals shown.
-    precision: usize,
+    pub precision: usize,
     /// Whether a ratio means anything (not for counts).
-    ratio: bool,
+    pub ratio: bool,
 }
 
 fn ms(d: Option<Duration>) -> Option<f64> {
@@ -479,10 +504,17 @@ fn rows(knobs: &BenchKnobs, all: &[Measurements]) -> Vec<Row> {
 /// The table as text: one column per server, then the first server ÷ each
 /// of the others: `ratio` when there are two, `÷ 2`, `÷ 3`, ... when more.
 pub fn table(servers: &[Server], knobs: &BenchKnobs, all: &[Measurements]) -> String {
-    let rows = rows(knobs, all);
-    let mut header = vec!["measurement".to_string()];
-    header.extend(servers.iter().map(|s| s.target.to_string()));
-    match servers.len() {
+    let names = servers.iter().map(|s| s.target.to_string()).collect();
+    table_of("measurement", names, rows(knobs, all))
+}
+
+/// `rows` as a table under a header of `first` and one column per name,
+/// with the ratio columns of [`table`].
+pub fn table_of(first: &str, names: Vec<String>, rows: Vec<Row>) -> String {
+    let columns = names.len();
+    let mut header = vec![first.to_string()];
+    header.extend(names);
+    match columns {
         0 | 1 => {}
         2 => header.push("ratio".into()),
         n => header.extend((2..=n).map(|column| format!("÷ {column}"))),
@@ -503,6 +535,12 @@ pub fn table(servers: &[Server], knobs: &BenchKnobs, all: &[Measurements]) -> St
         }
         cells.push(line);
     }
+    render(&cells)
+}
+
+/// Rows of cells as aligned text: the first column left-aligned, the
+/// others right-aligned, a rule under the first row (the header).
+fn render(cells: &[Vec<String>]) -> String {
     let widths: Vec<usize> = (0..cells[0].len())
         .map(|col| {
             cells

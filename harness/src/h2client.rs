@@ -11,9 +11,14 @@ use std::{net::SocketAddr, time::Duration};
 use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
 use h2::{RecvStream, SendStream};
-use tokio::{net::TcpStream, task::JoinHandle, time::Instant};
+use tokio::{task::JoinHandle, time::Instant};
 
-use crate::{Error, frame::ErrorCode, grpc};
+use crate::{
+    Error,
+    frame::ErrorCode,
+    grpc,
+    tls::{HarnessTls, Stream},
+};
 
 /// How long to wait for TCP plus the HTTP/2 handshake: 5 s.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -77,9 +82,19 @@ impl H2Conn {
         windows: ReceiveWindows,
         max_frame: Option<u32>,
     ) -> Result<Self, Error> {
+        Self::dial(addr, windows, max_frame, None).await
+    }
+
+    /// [`Self::connect_with`], inside a TLS session if `tls` is given (the
+    /// TLS handshake counts in [`CONNECT_TIMEOUT`]).
+    pub async fn dial(
+        addr: SocketAddr,
+        windows: ReceiveWindows,
+        max_frame: Option<u32>,
+        tls: Option<&HarnessTls>,
+    ) -> Result<Self, Error> {
         let setup = async {
-            let tcp = TcpStream::connect(addr).await?;
-            tcp.set_nodelay(true)?;
+            let tcp = Stream::connect(addr, tls).await?;
             let mut builder = h2::client::Builder::new();
             builder
                 .initial_window_size(windows.stream)

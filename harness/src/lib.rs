@@ -31,8 +31,12 @@
 //! - [`probe`]: the steady GetQuote client whose p99 shows collateral damage.
 //! - [`latency`]: nearest-rank percentiles.
 //! - [`target`]: the loopback-only target address.
+//! - [`tls`]: `--tls-ca`: TLS under every connection the tools open, and
+//!   the TLS records the handshake attacks send by hand.
 //! - [`attacks`]: the attacks, one module each, and their report line.
 //! - [`bench`]: the benchmark runs and their table.
+//! - [`bench_tls`]: `bench --tls-target`: what TLS costs a reused
+//!   connection, plaintext against TLS, per call and per MB.
 //! - [`link_chart`]: the catalog over emulated links and the window sweep,
 //!   measured for `link-chart`.
 //! - [`chart`]: those measurements drawn as SVG (`docs/figures/`).
@@ -42,6 +46,7 @@
 pub mod attacks;
 pub mod balance_chart;
 pub mod bench;
+pub mod bench_tls;
 pub mod chart;
 pub mod frame;
 pub mod grpc;
@@ -54,6 +59,7 @@ pub mod probe;
 pub mod procfs;
 pub mod raw;
 pub mod target;
+pub mod tls;
 
 pub use frame::{ErrorCode, Frame, Goaway};
 pub use raw::{RawConn, RawError};

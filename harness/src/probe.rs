@@ -14,7 +14,7 @@ use tokio::{
 };
 use tonic::transport::{Channel, Endpoint};
 
-use crate::{Error, latency::Latencies, target::LoopbackTarget};
+use crate::{Error, latency::Latencies, target::LoopbackTarget, tls::HarnessTls};
 
 /// Calls per second: 20, i.e. one every 50 ms. Enough samples for a p99 over
 /// a 10 s attack (200 calls), too few to be load in themselves.
@@ -31,11 +31,27 @@ pub async fn connect(
     deadline: Duration,
     limit: Duration,
 ) -> Result<Channel, Error> {
+    connect_over(target, None, deadline, limit).await
+}
+
+/// [`connect`], speaking `tls` if given (the TLS handshake counts in `limit`).
+pub async fn connect_over(
+    target: &LoopbackTarget,
+    tls: Option<&HarnessTls>,
+    deadline: Duration,
+    limit: Duration,
+) -> Result<Channel, Error> {
     let endpoint = Endpoint::from_shared(target.uri())?
         .connect_timeout(limit)
         .timeout(deadline)
         .tcp_nodelay(true);
-    match tokio::time::timeout(limit, endpoint.connect()).await {
+    let connecting = async {
+        match tls {
+            None => endpoint.connect().await,
+            Some(tls) => endpoint.connect_with_connector(tls.connector()).await,
+        }
+    };
+    match tokio::time::timeout(limit, connecting).await {
         Ok(Ok(channel)) => Ok(channel),
         Ok(Err(e)) => Err(format!("cannot connect to {target}: {e}").into()),
         Err(_) => Err(format!("cannot connect to {target}: no handshake within {limit:?}").into()),
@@ -44,8 +60,12 @@ pub async fn connect(
 
 /// A channel that has answered one GetQuote, so that measured calls find a
 /// warm connection.
-async fn warm_channel(target: &LoopbackTarget, deadline: Duration) -> Result<Channel, Error> {
-    let channel = connect(target, deadline, Duration::from_secs(5)).await?;
+async fn warm_channel(
+    target: &LoopbackTarget,
+    tls: Option<&HarnessTls>,
+    deadline: Duration,
+) -> Result<Channel, Error> {
+    let channel = connect_over(target, tls, deadline, Duration::from_secs(5)).await?;
     get_quote(channel.clone())
         .await
         .map_err(|s| format!("probe GetQuote failed before the attack: {s}"))?;
@@ -145,6 +165,17 @@ impl Probe {
         rate: u32,
         deadline: Duration,
     ) -> Result<Self, Error> {
+        Self::start_over(target, None, rate, deadline).await
+    }
+
+    /// [`Self::start`], speaking `tls` if given.
+    pub async fn start_over(
+        target: &LoopbackTarget,
+        tls: Option<&HarnessTls>,
+        rate: u32,
+        deadline: Duration,
+    ) -> Result<Self, Error> {
+        let tls = tls.cloned();
         let record = Arc::new(Mutex::new(Record::default()));
         let (stop, stopped) = watch::channel(false);
         let (ready_tx, ready) = oneshot::channel::<Result<(), String>>();
@@ -157,7 +188,7 @@ impl Probe {
             .name("probe".into())
             .spawn(move || {
                 runtime.block_on(async move {
-                    let channel = match warm_channel(&target, deadline).await {
+                    let channel = match warm_channel(&target, tls.as_ref(), deadline).await {
                         Ok(channel) => channel,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e.to_string()));

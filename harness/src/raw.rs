@@ -1,4 +1,4 @@
-//! A raw HTTP/2 client over TCP: it sends exactly the frames it is told to,
+//! A raw HTTP/2 client over TCP (or TLS, [`RawConn::dial`]): it sends exactly the frames it is told to,
 //! in the order it is told, including the ones a well-behaved client never
 //! would. Use it where the `h2` crate refuses to misbehave: PING floods,
 //! WINDOW_UPDATE overflows, half a preface, a connection that never reads.
@@ -22,16 +22,18 @@ use std::{fmt, io, net::SocketAddr, time::Duration};
 
 use bytes::BytesMut;
 use tokio::{
-    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
+    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf},
     net::{
         TcpSocket, TcpStream,
         tcp::{OwnedReadHalf, OwnedWriteHalf},
     },
 };
+use tokio_rustls::client::TlsStream;
 
 use crate::{
     frame::{self, ErrorCode, Frame, FrameDecoder, Goaway, kind},
     hpack,
+    tls::HarnessTls,
 };
 
 /// How long [`RawConn::handshake`] waits for the server's SETTINGS: 5 s.
@@ -197,20 +199,43 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     }
 }
 
+/// The read half of a raw connection: the socket's, or the TLS session's.
+#[derive(Debug)]
+pub enum RawRead {
+    Tcp(OwnedReadHalf),
+    Tls(ReadHalf<TlsStream<TcpStream>>),
+}
+
+/// The write half of a raw connection: the socket's, or the TLS session's.
+#[derive(Debug)]
+pub enum RawWrite {
+    Tcp(OwnedWriteHalf),
+    Tls(WriteHalf<TlsStream<TcpStream>>),
+}
+
+crate::tls::forward_io!(read RawRead: Tcp, Tls);
+crate::tls::forward_io!(write RawWrite: Tcp, Tls);
+
 /// One raw HTTP/2 connection: a [`FrameReader`] and a [`FrameWriter`] on a
-/// TCP socket. The `send_*` methods queue one frame and write it at once;
-/// use [`RawConn::writer`] to batch many.
+/// TCP socket, or on a TLS session over one. The `send_*` methods queue one
+/// frame and write it at once; use [`RawConn::writer`] to batch many.
 #[derive(Debug)]
 pub struct RawConn {
     peer: SocketAddr,
-    reader: FrameReader<OwnedReadHalf>,
-    writer: FrameWriter<OwnedWriteHalf>,
+    reader: FrameReader<RawRead>,
+    writer: FrameWriter<RawWrite>,
 }
 
 impl RawConn {
     /// Opens the TCP connection. Nothing is sent yet.
     pub async fn connect(addr: SocketAddr) -> Result<Self, RawError> {
-        Self::from_tcp(addr, TcpStream::connect(addr).await?)
+        Self::dial(addr, None).await
+    }
+
+    /// [`Self::connect`], then with `tls` the TLS handshake (ALPN `h2`):
+    /// the frames then go inside the TLS session. No HTTP/2 byte is sent yet.
+    pub async fn dial(addr: SocketAddr, tls: Option<&HarnessTls>) -> Result<Self, RawError> {
+        Self::from_tcp(addr, TcpStream::connect(addr).await?, tls).await
     }
 
     /// [`Self::connect`] with the socket's receive buffer (`SO_RCVBUF`) set
@@ -220,19 +245,41 @@ impl RawConn {
         addr: SocketAddr,
         bytes: u32,
     ) -> Result<Self, RawError> {
+        Self::dial_with_receive_buffer(addr, bytes, None).await
+    }
+
+    /// [`Self::connect_with_receive_buffer`], over `tls` if given.
+    pub async fn dial_with_receive_buffer(
+        addr: SocketAddr,
+        bytes: u32,
+        tls: Option<&HarnessTls>,
+    ) -> Result<Self, RawError> {
         let socket = if addr.is_ipv4() {
             TcpSocket::new_v4()?
         } else {
             TcpSocket::new_v6()?
         };
         socket.set_recv_buffer_size(bytes)?;
-        Self::from_tcp(addr, socket.connect(addr).await?)
+        Self::from_tcp(addr, socket.connect(addr).await?, tls).await
     }
 
-    fn from_tcp(addr: SocketAddr, tcp: TcpStream) -> Result<Self, RawError> {
+    async fn from_tcp(
+        addr: SocketAddr,
+        tcp: TcpStream,
+        tls: Option<&HarnessTls>,
+    ) -> Result<Self, RawError> {
         // Frames must leave when written, not when Nagle decides.
         tcp.set_nodelay(true)?;
-        let (read, write) = tcp.into_split();
+        let (read, write) = match tls {
+            None => {
+                let (read, write) = tcp.into_split();
+                (RawRead::Tcp(read), RawWrite::Tcp(write))
+            }
+            Some(tls) => {
+                let (read, write) = tokio::io::split(tls.handshake(tcp).await?);
+                (RawRead::Tls(read), RawWrite::Tls(write))
+            }
+        };
         Ok(Self {
             peer: addr,
             reader: FrameReader::new(read),
@@ -401,12 +448,12 @@ impl RawConn {
     }
 
     /// Direct access to the write half, to queue many frames then flush once.
-    pub fn writer(&mut self) -> &mut FrameWriter<OwnedWriteHalf> {
+    pub fn writer(&mut self) -> &mut FrameWriter<RawWrite> {
         &mut self.writer
     }
 
     /// Splits the connection so one task can read while another writes.
-    pub fn into_split(self) -> (FrameReader<OwnedReadHalf>, FrameWriter<OwnedWriteHalf>) {
+    pub fn into_split(self) -> (FrameReader<RawRead>, FrameWriter<RawWrite>) {
         (self.reader, self.writer)
     }
 }

@@ -412,9 +412,14 @@ pub const SOMAXCONN_PATH: &str = "/proc/sys/net/core/somaxconn";
 /// client that sends nothing, or stalls after its ClientHello, holds no
 /// slot, so stalled clients cannot lock real ones out. grpc-go has no such
 /// bound (each connection's handshake runs in a goroutine of its own, with
-/// a 120 s timeout). Not yet shown by a measurement: a first flood on the
-/// shared 2-core test machine saturated the CPU with its own clients, and
-/// the probe's p99 was 7-9 ms with 1, 16 or 100,000 slots (docs/tls.md).
+/// a 120 s timeout). Measured with `abuse tlsflood` (server on one pinned
+/// core, flood on the other, 64 and 256 flooders, 13 rounds, load average
+/// 1.8-7.9 from other work): grpc-go's probe GetQuote p50 rose to 48 and
+/// 162 ms, this server's stayed at 8-11 ms with 1, 16 or 100,000 slots,
+/// and the rounds' spread was wider than any difference between those
+/// three (docs/tls.md). 16 is kept for the mechanism; 1 showed no gain that
+/// stands out of that noise, and since the slots are shared by every
+/// worker it would serialize a multi-worker server's handshakes.
 pub const TLS_HANDSHAKES_IN_FLIGHT: usize = 16;
 
 /// Whether the server issues TLS session tickets (stateless, encrypted with

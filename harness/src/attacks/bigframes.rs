@@ -13,7 +13,7 @@
 //! the two: whatever a server sizes to the streams in flight, and keeps
 //! once they are done, shows in the same number.
 
-use std::{net::SocketAddr, time::Duration};
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::{sync::Semaphore, task::JoinSet, time::Instant};
@@ -94,7 +94,7 @@ struct Details {
 }
 
 /// One connection's part: both pages, then the connection itself to hold.
-async fn one_connection(addr: SocketAddr, extra: u32) -> Result<(H2Conn, Vec<String>), Error> {
+async fn one_connection(dial: super::Dial, extra: u32) -> Result<(H2Conn, Vec<String>), Error> {
     // The connection's window holds every page twice over, so that pages
     // read later cannot stall the one being read.
     let windows = ReceiveWindows {
@@ -103,7 +103,7 @@ async fn one_connection(addr: SocketAddr, extra: u32) -> Result<(H2Conn, Vec<Str
             .unwrap_or(i32::MAX as u32)
             .clamp(WINDOW, i32::MAX as u32),
     };
-    let mut conn = H2Conn::connect_with(addr, windows, Some(MAX_PAYLOAD_LEN as u32)).await?;
+    let mut conn = dial.h2_with(windows, MAX_PAYLOAD_LEN as u32).await?;
     let started = Instant::now();
     let extra_pages = std::iter::repeat_n(1, extra as usize);
     let pages: Vec<_> = PAGE_SIZES
@@ -160,10 +160,10 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
     let calling = std::sync::Arc::new(Semaphore::new(calling_at_once(extra)));
     let mut set = JoinSet::new();
     for _ in 0..n {
-        let (addr, calling) = (ctx.target.addr(), calling.clone());
+        let (dial, calling) = (ctx.dial(), calling.clone());
         set.spawn(async move {
             let _turn = calling.acquire_owned().await?;
-            one_connection(addr, extra).await
+            one_connection(dial, extra).await
         });
     }
     let mut d = Details {

@@ -8,9 +8,15 @@
 //!   preface after a handshake timeout serves new clients again.
 //! - `nopreface` holds `--silent-conns` connections that send nothing and
 //!   `--half-preface-conns` that send half the 24-byte preface, and reports
-//!   how many the server closed, and when.
+//!   how many the server closed, and when. Over TLS (`--tls-ca`) the half
+//!   is of a ClientHello instead (the TLS record announces bytes that never
+//!   come), and as many again send a whole ClientHello and then nothing, so
+//!   the server computes its part of the handshake and waits for the
+//!   client's Finished: each must be closed within the handshake timeout.
 
 use std::{net::SocketAddr, time::Duration};
+
+use bytes::Bytes;
 
 use serde::Serialize;
 use tokio::{io::AsyncReadExt, io::AsyncWriteExt, net::TcpStream, task::JoinSet, time::Instant};
@@ -49,14 +55,14 @@ enum Held {
 /// Connects, sends `bytes`, then reads (and drops) whatever the server sends
 /// until it closes the connection or `until` passes. A close is timed from
 /// this connection's own connect.
-async fn hold_one(addr: SocketAddr, bytes: &'static [u8], until: Instant) -> Held {
+async fn hold_one(addr: SocketAddr, bytes: Bytes, until: Instant) -> Held {
     let mut tcp = match tokio::time::timeout(CONNECT_LIMIT, TcpStream::connect(addr)).await {
         Ok(Ok(tcp)) => tcp,
         Ok(Err(e)) => return Held::ConnectFailed(e.to_string()),
         Err(_) => return Held::ConnectFailed(format!("no TCP connect within {CONNECT_LIMIT:?}")),
     };
     let started = Instant::now();
-    if !bytes.is_empty() && tcp.write_all(bytes).await.is_err() {
+    if !bytes.is_empty() && tcp.write_all(&bytes).await.is_err() {
         return Held::Connected(Some(started.elapsed()));
     }
     let mut sink = [0u8; 1024];
@@ -132,11 +138,12 @@ fn spawn_group(
     first: u32,
     n: u32,
     addr: SocketAddr,
-    bytes: &'static [u8],
+    bytes: &Bytes,
     until: Instant,
 ) {
     for i in first..first + n {
         let delay = CONNECT_PAUSE * (i / CONNECT_BATCH);
+        let bytes = bytes.clone();
         set.spawn(async move {
             tokio::time::sleep(delay).await;
             (group, hold_one(addr, bytes, until).await)
@@ -174,7 +181,7 @@ pub(super) fn check_own_fd_limit(needed: u32) {
 
 /// A fresh client: a new connection and one GetQuote, each within 1 s.
 async fn fresh_client_served(ctx: &Context) -> Result<(), String> {
-    let channel = probe::connect(&ctx.target, FRESH_LIMIT, FRESH_LIMIT)
+    let channel = probe::connect_over(&ctx.target, ctx.tls.as_ref(), FRESH_LIMIT, FRESH_LIMIT)
         .await
         .map_err(|e| e.to_string())?;
     probe::get_quote(channel)
@@ -204,7 +211,7 @@ pub async fn fdflood(ctx: &Context) -> Result<Findings, Error> {
     let started = Instant::now();
     let until = started + hold;
     let mut set = JoinSet::new();
-    spawn_group(&mut set, 0, 0, n, ctx.target.addr(), &[], until);
+    spawn_group(&mut set, 0, 0, n, ctx.target.addr(), &Bytes::new(), until);
 
     let (mut tries, mut served, mut first_served, mut first_error) = (0u32, 0u32, None, None);
     let mut fds_peak = server.and_then(|p| p.open_fds());
@@ -274,41 +281,69 @@ pub async fn fdflood(ctx: &Context) -> Result<Findings, Error> {
 #[derive(Debug, Serialize)]
 struct NoPrefaceDetails {
     silent: Group,
-    half_preface: Group,
+    /// Plaintext: half the HTTP/2 preface.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    half_preface: Option<Group>,
+    /// TLS: half a ClientHello record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    half_client_hello: Option<Group>,
+    /// TLS: a whole ClientHello, then nothing (no Finished).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_hello_only: Option<Group>,
     hold_s: u64,
 }
 
 pub async fn nopreface(ctx: &Context) -> Result<Findings, Error> {
     let hold = ctx.knobs.nopreface_hold();
     let (silent, half) = (ctx.knobs.silent_conns, ctx.knobs.half_preface_conns);
-    check_own_fd_limit(silent + half);
+    // Over TLS: half a ClientHello, and a whole one (as many), instead of half a preface.
+    let hello = ctx.tls.as_ref().map(|tls| tls.client_hello()).transpose()?;
+    let whole = if hello.is_some() { half } else { 0 };
+    check_own_fd_limit(silent + half + whole);
     let started = Instant::now();
     let until = started + hold;
-    let mut set = JoinSet::new();
-    spawn_group(&mut set, 0, 0, silent, ctx.target.addr(), &[], until);
-    spawn_group(
-        &mut set,
-        1,
-        silent,
-        half,
-        ctx.target.addr(),
-        HALF_PREFACE,
-        until,
-    );
-    let mut groups = collect(set, 2).await.into_iter();
-    let silent = Group::from_results(groups.next().unwrap_or_default());
-    let half_preface = Group::from_results(groups.next().unwrap_or_default());
-    let outcome = format!(
-        "server closed {} and {} within {}s",
-        silent.describe("silent"),
-        half_preface.describe("half-preface"),
-        hold.as_secs()
-    );
-    let details = NoPrefaceDetails {
-        silent,
-        half_preface,
-        hold_s: hold.as_secs(),
+    let addr = ctx.target.addr();
+    let halved = match &hello {
+        None => Bytes::from_static(HALF_PREFACE),
+        Some(hello) => Bytes::copy_from_slice(&hello[..hello.len() / 2]),
     };
+    let mut set = JoinSet::new();
+    spawn_group(&mut set, 0, 0, silent, addr, &Bytes::new(), until);
+    spawn_group(&mut set, 1, silent, half, addr, &halved, until);
+    if let Some(hello) = &hello {
+        let hello = Bytes::copy_from_slice(hello);
+        spawn_group(&mut set, 2, silent + half, whole, addr, &hello, until);
+    }
+    let mut groups = collect(set, 3).await.into_iter();
+    let mut next = || Group::from_results(groups.next().unwrap_or_default());
+    let silent = next();
+    let halves = next();
+    let mut outcome = format!("server closed {}", silent.describe("silent"));
+    let details = if hello.is_some() {
+        let hello_only = next();
+        outcome.push_str(&format!(
+            ", {} and {}",
+            halves.describe("half-ClientHello"),
+            hello_only.describe("ClientHello-then-nothing")
+        ));
+        NoPrefaceDetails {
+            silent,
+            half_preface: None,
+            half_client_hello: Some(halves),
+            client_hello_only: Some(hello_only),
+            hold_s: hold.as_secs(),
+        }
+    } else {
+        outcome.push_str(&format!(" and {}", halves.describe("half-preface")));
+        NoPrefaceDetails {
+            silent,
+            half_preface: Some(halves),
+            half_client_hello: None,
+            client_hello_only: None,
+            hold_s: hold.as_secs(),
+        }
+    };
+    outcome.push_str(&format!(" within {}s", hold.as_secs()));
     Ok(Findings::new(outcome, details))
 }
 

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::{Context, Findings};
 use crate::{
     Error, grpc,
-    h2client::{H2Conn, ReceiveWindows, await_end},
+    h2client::{ReceiveWindows, await_end},
 };
 
 /// The content-types tried, the control last.
@@ -29,7 +29,7 @@ struct Answer {
 }
 
 pub async fn run(ctx: &Context) -> Result<Findings, Error> {
-    let mut conn = H2Conn::connect(ctx.target.addr(), ReceiveWindows::default()).await?;
+    let mut conn = ctx.dial().h2(ReceiveWindows::default()).await?;
     let mut answers = Vec::new();
     for content_type in CONTENT_TYPES {
         let opened = conn

@@ -19,7 +19,7 @@ use tokio::{task::JoinSet, time::Instant};
 use super::{Context, Findings, Tally, describe_tally, lock};
 use crate::{
     grpc,
-    h2client::{H2Conn, ReceiveWindows, await_end},
+    h2client::{ReceiveWindows, await_end},
     probe,
 };
 
@@ -52,10 +52,16 @@ pub async fn run(ctx: &Context) -> Result<Findings, crate::Error> {
     let knobs = &ctx.knobs;
     let end = Instant::now() + Duration::from_secs(knobs.lockout_secs);
     let tallies = Arc::new(Mutex::new(Tallies::default()));
-    let channel = probe::connect(&ctx.target, NORMAL_DEADLINE, NORMAL_DEADLINE).await?;
+    let channel = probe::connect_over(
+        &ctx.target,
+        ctx.tls.as_ref(),
+        NORMAL_DEADLINE,
+        NORMAL_DEADLINE,
+    )
+    .await?;
 
     let attacker = attack(
-        ctx.target.addr(),
+        ctx.dial(),
         knobs.lockout_streams,
         Duration::from_secs(knobs.lockout_hold_secs),
         end,
@@ -90,7 +96,7 @@ pub async fn run(ctx: &Context) -> Result<Findings, crate::Error> {
 /// Opens a connection, fills it with stalled calls, holds it, drops it, and
 /// again, until `end`.
 async fn attack(
-    addr: std::net::SocketAddr,
+    dial: super::Dial,
     streams: u32,
     hold: Duration,
     end: Instant,
@@ -100,7 +106,7 @@ async fn attack(
     let body = grpc::framed(&grpc::full_page_request());
     while Instant::now() < end {
         let hold_until = (Instant::now() + hold).min(end);
-        let mut conn = match H2Conn::connect(addr, ReceiveWindows::STALLED).await {
+        let mut conn = match dial.h2(ReceiveWindows::STALLED).await {
             Ok(conn) => conn,
             Err(e) => {
                 record(&mut |t| {

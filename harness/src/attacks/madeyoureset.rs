@@ -25,7 +25,6 @@
 use std::{
     collections::HashMap,
     future::Future,
-    net::SocketAddr,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -40,7 +39,6 @@ use crate::{
     Error,
     frame::{ErrorCode, MAX_WINDOW},
     grpc,
-    raw::RawConn,
 };
 
 /// When the client sends the WINDOW_UPDATE that makes the server reset.
@@ -112,7 +110,7 @@ pub async fn run(ctx: &Context, tripped: impl Future<Output = ()>) -> Result<Fin
         let seen = Shared::default();
         handles.push((Arc::clone(&counts), Arc::clone(&seen)));
         let shape = Shape {
-            addr: ctx.target.addr(),
+            dial: ctx.dial(),
             streams: knobs.reset_streams,
             in_flight_max: knobs.reset_inflight,
             reset_after: knobs.reset_after,
@@ -206,9 +204,9 @@ fn describe(d: &Details, guard_tripped: bool) -> String {
 }
 
 /// The size and pacing of one connection's part.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Shape {
-    addr: SocketAddr,
+    dial: super::Dial,
     streams: u32,
     in_flight_max: u32,
     reset_after: ResetAfter,
@@ -217,7 +215,7 @@ struct Shape {
 
 async fn one_connection(shape: Shape, counts: Shared<ConnCounts>, seen: Shared<FramesSeen>) {
     let fail = |e: String| lock(&counts).error = Some(e);
-    let mut conn = match RawConn::connect(shape.addr).await {
+    let mut conn = match shape.dial.raw().await {
         Ok(conn) => conn,
         Err(e) => return fail(e.to_string()),
     };
@@ -225,7 +223,7 @@ async fn one_connection(shape: Shape, counts: Shared<ConnCounts>, seen: Shared<F
         return fail(format!("handshake: {e}"));
     }
     let started = Instant::now();
-    let authority = shape.addr.to_string();
+    let authority = shape.dial.addr.to_string();
     let headers = grpc::request_headers(&authority, grpc::LIST_ROUTES, grpc::CONTENT_TYPE);
     let body = grpc::framed(&grpc::full_page_request());
     let (reader, mut writer) = conn.into_split();

@@ -16,25 +16,29 @@ pub mod reconnect;
 pub mod slowbody;
 pub mod stall;
 pub mod tcpstall;
+pub mod tlsflood;
 pub mod wuflood;
 
 use std::{
     collections::BTreeMap,
     future::Future,
+    net::SocketAddr,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use serde::Serialize;
-use tokio::{net::tcp::OwnedReadHalf, sync::mpsc, task::JoinSet, time::Instant};
+use tokio::{sync::mpsc, task::JoinSet, time::Instant};
 
 use crate::{
     Error,
     frame::{ErrorCode, kind},
+    h2client::{H2Conn, ReceiveWindows},
     monitor::{Monitor, ServerProcess, Usage},
     probe::{Probe, ProbeSummary},
-    raw::FrameReader,
+    raw::{FrameReader, RawConn, RawError, RawRead},
     target::LoopbackTarget,
+    tls::HarnessTls,
 };
 
 /// The attacks, in the order of issue 6's table and of `abuse all`.
@@ -64,10 +68,12 @@ pub enum Attack {
     Lockout,
     /// Many clients opening and closing connections as fast as they can (issue 23).
     Reconnect,
+    /// Many clients completing TLS handshakes as fast as they can (issue 22; TLS only).
+    Tlsflood,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 12] = [
+    pub const ALL: [Attack; 13] = [
         Attack::Stall,
         Attack::Madeyoureset,
         Attack::Fdflood,
@@ -80,6 +86,7 @@ impl Attack {
         Attack::Tcpstall,
         Attack::Lockout,
         Attack::Reconnect,
+        Attack::Tlsflood,
     ];
 
     pub fn name(self) -> &'static str {
@@ -96,7 +103,14 @@ impl Attack {
             Attack::Tcpstall => "tcpstall",
             Attack::Lockout => "lockout",
             Attack::Reconnect => "reconnect",
+            Attack::Tlsflood => "tlsflood",
         }
+    }
+
+    /// Whether the attack only means something against a TLS server
+    /// (`abuse all` leaves it out in plaintext).
+    pub fn needs_tls(self) -> bool {
+        matches!(self, Attack::Tlsflood)
     }
 }
 
@@ -242,6 +256,16 @@ pub struct Knobs {
     #[arg(long)]
     pub reconnect_preface: bool,
 
+    /// tlsflood: clients that each complete TLS handshakes as fast as they can.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1_024))]
+    pub tlsflood_clients: u32,
+    /// tlsflood: seconds the flood lasts.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub tlsflood_secs: u64,
+    /// tlsflood: let the flooders resume sessions (off: every handshake is full).
+    #[arg(long)]
+    pub tlsflood_resume: bool,
+
     /// End an attack early once the server's RSS has grown by this many MiB (local servers only).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..=65_536))]
     pub rss_guard_mib: u64,
@@ -313,6 +337,44 @@ pub struct Context {
     pub knobs: Knobs,
     /// The server's process when it is local, for RSS, CPU and open files.
     pub server: ServerProcess,
+    /// TLS, if the target speaks it (`--tls-ca`): every connection of the
+    /// attack, and the probe's, then runs the TLS handshake first.
+    pub tls: Option<HarnessTls>,
+}
+
+impl Context {
+    /// Where the attack's connections go.
+    pub fn dial(&self) -> Dial {
+        Dial {
+            addr: self.target.addr(),
+            tls: self.tls.clone(),
+        }
+    }
+}
+
+/// The target's address and its TLS, if any: what every attacking
+/// connection is opened with, so each attack runs over TLS unchanged.
+#[derive(Debug, Clone)]
+pub struct Dial {
+    pub addr: SocketAddr,
+    pub tls: Option<HarnessTls>,
+}
+
+impl Dial {
+    /// A raw HTTP/2 connection (nothing sent yet but the TLS handshake).
+    pub async fn raw(&self) -> Result<RawConn, RawError> {
+        RawConn::dial(self.addr, self.tls.as_ref()).await
+    }
+
+    /// An `h2` connection with these receive windows.
+    pub async fn h2(&self, windows: ReceiveWindows) -> Result<H2Conn, Error> {
+        H2Conn::dial(self.addr, windows, None, self.tls.as_ref()).await
+    }
+
+    /// [`Self::h2`], also advertising SETTINGS_MAX_FRAME_SIZE `max_frame`.
+    pub async fn h2_with(&self, windows: ReceiveWindows, max_frame: u32) -> Result<H2Conn, Error> {
+        H2Conn::dial(self.addr, windows, Some(max_frame), self.tls.as_ref()).await
+    }
 }
 
 /// The one line an attack prints.
@@ -361,6 +423,7 @@ pub async fn run(attack: Attack, ctx: &Context) -> Result<Report, Error> {
         Attack::Tcpstall => tcpstall::run(ctx).await,
         Attack::Lockout => lockout::run(ctx).await,
         Attack::Reconnect => reconnect::run(ctx).await,
+        Attack::Tlsflood => tlsflood::run(ctx).await,
     };
     let secs = started.elapsed().as_secs_f64();
     let probe = probe.stop().await;
@@ -373,8 +436,9 @@ async fn start_probe(ctx: &Context) -> Result<Probe, Error> {
     let limit = Duration::from_secs(ctx.knobs.recovery_secs);
     let started = Instant::now();
     loop {
-        match Probe::start(
+        match Probe::start_over(
             &ctx.target,
+            ctx.tls.as_ref(),
             ctx.knobs.probe_rate,
             ctx.knobs.probe_deadline(),
         )
@@ -495,7 +559,7 @@ pub enum StreamEvent {
 /// server's own PINGs to `pings` so the writer can acknowledge them, and
 /// response HEADERS and resets to `events`, if given.
 pub async fn watch_frames(
-    mut reader: FrameReader<OwnedReadHalf>,
+    mut reader: FrameReader<RawRead>,
     seen: Arc<Mutex<FramesSeen>>,
     pings: mpsc::Sender<[u8; 8]>,
     events: Option<mpsc::UnboundedSender<StreamEvent>>,

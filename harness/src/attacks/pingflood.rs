@@ -13,7 +13,7 @@ use serde::Serialize;
 use tokio::{sync::mpsc, time::Instant};
 
 use super::{Context, Findings, FramesSeen, watch_frames};
-use crate::{Error, raw::RawConn};
+use crate::Error;
 
 /// PINGs queued per write: 1,000 PINGs are 17 KB.
 const BATCH: u64 = 1_000;
@@ -31,7 +31,7 @@ struct Details {
 
 pub async fn run(ctx: &Context) -> Result<Findings, Error> {
     let knobs = &ctx.knobs;
-    let mut conn = RawConn::connect(ctx.target.addr()).await?;
+    let mut conn = ctx.dial().raw().await?;
     conn.handshake().await?;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(knobs.ping_secs);

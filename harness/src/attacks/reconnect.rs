@@ -15,6 +15,11 @@
 //! time's median and p99, and, with the preface, how many got the server's
 //! SETTINGS and how fast. The server's CPU is in the report's
 //! `server_cpu_pct`.
+//!
+//! Over TLS (`--tls-ca`) the connects stay TCP only, below TLS, where the
+//! accept queue is; with `--reconnect-preface` each client first completes
+//! a TLS handshake, then sends the preface: that is the handshake flood,
+//! which `tlsflood` ([`super::tlsflood`]) runs with its own bounds.
 
 use std::{
     net::SocketAddr,
@@ -24,7 +29,7 @@ use std::{
 
 use serde::Serialize;
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
+    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
     net::TcpStream,
     task::JoinSet,
     time::Instant,
@@ -34,6 +39,7 @@ use super::{Context, Findings, lock, secs};
 use crate::{
     Error,
     frame::{PREFACE, kind},
+    tls::{HarnessTls, Stream},
 };
 use h2_frames::encode_frame;
 
@@ -44,6 +50,10 @@ const CONNECT_LIMIT: Duration = Duration::from_secs(5);
 
 /// Time allowed for the server's SETTINGS after the preface: 5 s.
 const SETTINGS_LIMIT: Duration = Duration::from_secs(5);
+
+/// Time allowed for a TLS handshake after the connect: 5 s, half the
+/// server's default handshake timeout.
+const TLS_LIMIT: Duration = Duration::from_secs(5);
 
 /// A connect this slow, or slower, counts as slow: 500 ms, far above a
 /// loopback connect (tens of microseconds) and below the kernel's first
@@ -56,30 +66,39 @@ pub const SLOW_CONNECT: Duration = Duration::from_millis(500);
 const KEPT_PER_CLIENT: usize = 200_000;
 
 #[derive(Debug, Default, Serialize)]
-struct Details {
-    clients: u32,
-    preface: bool,
-    storm_s: f64,
-    connects: u64,
-    connects_per_s: f64,
+pub(super) struct Details {
+    pub(super) clients: u32,
+    pub(super) preface: bool,
+    /// Over TLS: each connect was followed by a TLS handshake.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(super) tls: bool,
+    pub(super) storm_s: f64,
+    pub(super) connects: u64,
+    pub(super) connects_per_s: f64,
     /// Connects that took [`SLOW_CONNECT`] or more.
-    slow_connects: u64,
+    pub(super) slow_connects: u64,
     /// Their share of all connects, in percent.
-    slow_connect_pct: f64,
-    connect_p50_ms: Option<f64>,
-    connect_p99_ms: Option<f64>,
-    connect_max_ms: Option<f64>,
-    connect_errors: u64,
+    pub(super) slow_connect_pct: f64,
+    pub(super) connect_p50_ms: Option<f64>,
+    pub(super) connect_p99_ms: Option<f64>,
+    pub(super) connect_max_ms: Option<f64>,
+    pub(super) connect_errors: u64,
+    /// Over TLS: handshakes that failed or took longer than 5 s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) tls_errors: Option<u64>,
     /// With the preface: connections that got the server's SETTINGS.
     #[serde(skip_serializing_if = "Option::is_none")]
-    served: Option<u64>,
+    pub(super) served: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    served_per_s: Option<f64>,
+    pub(super) served_per_s: Option<f64>,
+    /// With the preface: from the start of the connect to the SETTINGS, p50.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) settings_p50_ms: Option<f64>,
     /// With the preface: from the start of the connect to the SETTINGS, p99.
     #[serde(skip_serializing_if = "Option::is_none")]
-    settings_p99_ms: Option<f64>,
+    pub(super) settings_p99_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    first_error: Option<String>,
+    pub(super) first_error: Option<String>,
 }
 
 /// What every client adds to.
@@ -88,6 +107,7 @@ struct Tallies {
     connect_times: Vec<Duration>,
     settings_times: Vec<Duration>,
     connect_errors: u64,
+    tls_errors: u64,
     served: u64,
     first_error: Option<String>,
 }
@@ -96,19 +116,12 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
     let knobs = &ctx.knobs;
     let (clients, preface) = (knobs.reconnect_clients, knobs.reconnect_preface);
     let storm = Duration::from_secs(knobs.reconnect_secs);
-    super::conn_flood::check_own_fd_limit(clients);
-    let tallies = Arc::new(Mutex::new(Tallies::default()));
-    let started = Instant::now();
-    let until = started + storm;
-    let mut set = JoinSet::new();
-    for _ in 0..clients {
-        let (addr, tallies) = (ctx.target.addr(), tallies.clone());
-        set.spawn(async move { one_client(addr, preface, until, &tallies).await });
-    }
-    while set.join_next().await.is_some() {}
-    let storm_s = secs(started.elapsed());
-    let tallies = std::mem::take(&mut *lock(&tallies));
-    let d = summarise(tallies, clients, preface, storm_s);
+    // Over TLS the preface goes inside a TLS session, as a client's would.
+    let tls = match (&ctx.tls, preface) {
+        (Some(tls), true) => Some(tls.flooder(true)?),
+        _ => None,
+    };
+    let d = storm_of(ctx.target.addr(), clients, storm, preface, tls).await;
     let mut outcome = format!(
         "{} clients reconnecting for {:.1}s{}: {} connects, {:.0}/s, {:.2} % took {} ms or more (p99 {} ms)",
         d.clients,
@@ -135,11 +148,46 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
     Ok(Findings::new(outcome, d))
 }
 
+/// `clients` clients connecting and closing for `storm`; with `tls`, each
+/// connect is followed by a TLS handshake, with `preface` by the HTTP/2
+/// preface and the wait for the server's SETTINGS.
+pub(super) async fn storm_of(
+    addr: SocketAddr,
+    clients: u32,
+    storm: Duration,
+    preface: bool,
+    tls: Option<HarnessTls>,
+) -> Details {
+    super::conn_flood::check_own_fd_limit(clients);
+    let tallies = Arc::new(Mutex::new(Tallies::default()));
+    let started = Instant::now();
+    let until = started + storm;
+    let mut set = JoinSet::new();
+    for _ in 0..clients {
+        let (tls, tallies) = (tls.clone(), tallies.clone());
+        set.spawn(async move { one_client(addr, preface, tls.as_ref(), until, &tallies).await });
+    }
+    while set.join_next().await.is_some() {}
+    let storm_s = secs(started.elapsed());
+    let tallies = std::mem::take(&mut *lock(&tallies));
+    let tls_errors = tallies.tls_errors;
+    let mut d = summarise(tallies, clients, preface, storm_s);
+    d.tls = tls.is_some();
+    d.tls_errors = d.tls.then_some(tls_errors);
+    d
+}
+
 /// Connects and closes until `until`, recording each connect's time.
-async fn one_client(addr: SocketAddr, preface: bool, until: Instant, tallies: &Mutex<Tallies>) {
+async fn one_client(
+    addr: SocketAddr,
+    preface: bool,
+    tls: Option<&HarnessTls>,
+    until: Instant,
+    tallies: &Mutex<Tallies>,
+) {
     let mut connects = Vec::new();
     let mut settings = Vec::new();
-    let (mut errors, mut served, mut first_error) = (0u64, 0u64, None);
+    let (mut errors, mut tls_errors, mut served, mut first_error) = (0u64, 0u64, 0u64, None);
     let opening = {
         let mut bytes = PREFACE.to_vec();
         bytes.extend(encode_frame(kind::SETTINGS, 0, 0, &[]));
@@ -147,7 +195,7 @@ async fn one_client(addr: SocketAddr, preface: bool, until: Instant, tallies: &M
     };
     while Instant::now() < until {
         let started = Instant::now();
-        let mut tcp = match tokio::time::timeout(CONNECT_LIMIT, TcpStream::connect(addr)).await {
+        let tcp = match tokio::time::timeout(CONNECT_LIMIT, TcpStream::connect(addr)).await {
             Ok(Ok(tcp)) => tcp,
             Ok(Err(e)) => {
                 errors += 1;
@@ -165,8 +213,25 @@ async fn one_client(addr: SocketAddr, preface: bool, until: Instant, tallies: &M
         if connects.len() < KEPT_PER_CLIENT {
             connects.push(started.elapsed());
         }
+        let mut stream = match tls {
+            None => Stream::Plain(tcp),
+            Some(_) => match tokio::time::timeout(TLS_LIMIT, Stream::over(tcp, tls)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    tls_errors += 1;
+                    first_error.get_or_insert_with(|| format!("TLS handshake: {e}"));
+                    continue;
+                }
+                Err(_) => {
+                    tls_errors += 1;
+                    first_error
+                        .get_or_insert_with(|| format!("no TLS handshake within {TLS_LIMIT:?}"));
+                    continue;
+                }
+            },
+        };
         if preface {
-            match read_settings(&mut tcp, &opening).await {
+            match read_settings(&mut stream, &opening).await {
                 Ok(()) => {
                     served += 1;
                     if settings.len() < KEPT_PER_CLIENT {
@@ -178,12 +243,13 @@ async fn one_client(addr: SocketAddr, preface: bool, until: Instant, tallies: &M
                 }
             }
         }
-        drop(tcp);
+        drop(stream);
     }
     let mut t = lock(tallies);
     t.connect_times.extend(connects);
     t.settings_times.extend(settings);
     t.connect_errors += errors;
+    t.tls_errors += tls_errors;
     t.served += served;
     if t.first_error.is_none() {
         t.first_error = first_error;
@@ -192,7 +258,10 @@ async fn one_client(addr: SocketAddr, preface: bool, until: Instant, tallies: &M
 
 /// Sends the client's opening and reads until the server's first frame
 /// header, which is its SETTINGS (RFC 9113 §3.4).
-async fn read_settings(tcp: &mut TcpStream, opening: &[u8]) -> Result<(), String> {
+async fn read_settings(
+    tcp: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    opening: &[u8],
+) -> Result<(), String> {
     tcp.write_all(opening)
         .await
         .map_err(|e| format!("preface: {e}"))?;
@@ -236,6 +305,8 @@ fn summarise(mut t: Tallies, clients: u32, preface: bool, storm_s: f64) -> Detai
     Details {
         clients,
         preface,
+        tls: false,
+        tls_errors: None,
         storm_s,
         connects,
         connects_per_s: per_s(connects),
@@ -251,6 +322,9 @@ fn summarise(mut t: Tallies, clients: u32, preface: bool, storm_s: f64) -> Detai
         connect_errors: t.connect_errors,
         served: preface.then_some(t.served),
         served_per_s: preface.then(|| per_s(t.served)),
+        settings_p50_ms: preface
+            .then(|| quantile_ms(&t.settings_times, 0.5))
+            .flatten(),
         settings_p99_ms: preface
             .then(|| quantile_ms(&t.settings_times, 0.99))
             .flatten(),

@@ -12,7 +12,7 @@ use tokio::{task::JoinSet, time::Instant};
 use super::{Context, Findings, Tally, describe_tally, median_secs};
 use crate::{
     Error, grpc,
-    h2client::{CallEnd, H2Conn, ReceiveWindows, await_end, unfinished_message},
+    h2client::{CallEnd, ReceiveWindows, await_end, unfinished_message},
 };
 
 /// The message length each prefix announces: 1 KiB under the default 4 MiB
@@ -50,9 +50,9 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
     while left > 0 {
         let calls = per_conn.min(left);
         left -= calls;
-        let (addr, body) = (ctx.target.addr(), body.clone());
+        let (dial, body) = (ctx.dial(), body.clone());
         connections.spawn(async move {
-            let mut conn = H2Conn::connect(addr, ReceiveWindows::default()).await?;
+            let mut conn = dial.h2(ReceiveWindows::default()).await?;
             let mut ends = JoinSet::new();
             let mut not_opened = 0;
             // Keep every request half open until the end: dropping one

@@ -20,7 +20,7 @@ use tokio::{task::JoinSet, time::Instant};
 use super::{Context, Findings, Tally, describe_tally};
 use crate::{
     grpc,
-    h2client::{CallEnd, H2Conn, ReceiveWindows, await_end},
+    h2client::{CallEnd, ReceiveWindows, await_end},
 };
 
 /// A status within this long of opening the stream counts as "fast": the
@@ -75,7 +75,7 @@ pub async fn run(
     let mut connections = JoinSet::new();
     for streams in shapes.into_iter().filter(|&n| n > 0) {
         connections.spawn(one_connection(
-            ctx.target.addr(),
+            ctx.dial(),
             streams,
             deadline,
             tallies.clone(),
@@ -131,7 +131,7 @@ pub async fn run(
 }
 
 async fn one_connection(
-    addr: std::net::SocketAddr,
+    dial: super::Dial,
     streams: u32,
     deadline: Instant,
     tallies: Arc<Mutex<Tallies>>,
@@ -142,7 +142,7 @@ async fn one_connection(
         stream: 0,
         ..ReceiveWindows::default()
     };
-    let mut conn = match H2Conn::connect(addr, windows).await {
+    let mut conn = match dial.h2(windows).await {
         Ok(conn) => conn,
         Err(e) => {
             record(&mut |t| {

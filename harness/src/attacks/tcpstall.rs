@@ -16,18 +16,15 @@
 use std::{net::SocketAddr, time::Duration};
 
 use serde::Serialize;
-use tokio::{
-    net::tcp::{OwnedReadHalf, OwnedWriteHalf},
-    task::JoinSet,
-    time::Instant,
-};
+use tokio::{task::JoinSet, time::Instant};
 
 use super::{Context, Findings, median_secs, secs};
 use crate::{
     frame::kind,
     grpc,
     procfs::{ServerSockets, sockstat_tcp_mem_pages},
-    raw::{FrameReader, FrameWriter, RawConn, RawError},
+    raw::{FrameReader, FrameWriter, RawConn, RawError, RawRead, RawWrite},
+    tls::HarnessTls,
 };
 use routing_contracts::routing::ListRoutesRequest;
 
@@ -49,8 +46,8 @@ const PAGE_BYTES: u64 = 4096;
 /// dropping it closes the socket.
 #[derive(Debug)]
 pub struct TcpStalledReader {
-    not_read: FrameReader<OwnedReadHalf>,
-    writer: FrameWriter<OwnedWriteHalf>,
+    not_read: FrameReader<RawRead>,
+    writer: FrameWriter<RawWrite>,
     authority: String,
     next_stream: u32,
 }
@@ -60,7 +57,17 @@ impl TcpStalledReader {
     /// (stream and connection) and asks for a page of `page_size` routes.
     /// Nothing is ever read, not even the server's SETTINGS.
     pub async fn open(addr: SocketAddr, rcvbuf: u32, page_size: i32) -> Result<Self, RawError> {
-        let conn = RawConn::connect_with_receive_buffer(addr, rcvbuf).await?;
+        Self::open_over(addr, rcvbuf, page_size, None).await
+    }
+
+    /// [`Self::open`], inside a TLS session if `tls` is given.
+    pub async fn open_over(
+        addr: SocketAddr,
+        rcvbuf: u32,
+        page_size: i32,
+        tls: Option<&HarnessTls>,
+    ) -> Result<Self, RawError> {
+        let conn = RawConn::dial_with_receive_buffer(addr, rcvbuf, tls).await?;
         let (not_read, mut writer) = conn.into_split();
         writer.queue_raw(crate::frame::PREFACE);
         writer.queue_settings(&[(SETTINGS_INITIAL_WINDOW_SIZE, MAX_WINDOW)]);
@@ -197,7 +204,10 @@ pub async fn run(ctx: &Context) -> Result<Findings, crate::Error> {
     let mut opening = JoinSet::new();
     for _ in 0..knobs.tcpstall_conns {
         let (rcvbuf, page_size) = (knobs.tcpstall_rcvbuf, knobs.tcpstall_page_size);
-        opening.spawn(async move { TcpStalledReader::open(addr, rcvbuf, page_size).await });
+        let tls = ctx.tls.clone();
+        opening.spawn(async move {
+            TcpStalledReader::open_over(addr, rcvbuf, page_size, tls.as_ref()).await
+        });
     }
     let mut readers = Vec::new();
     while let Some(opened) = opening.join_next().await {

@@ -21,7 +21,6 @@
 //! --bigframes-hold-secs 12`, an idle connection and the probe).
 
 use std::{
-    net::SocketAddr,
     sync::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering},
@@ -131,11 +130,11 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
     });
     let mut set = JoinSet::new();
     for _ in 0..knobs.wuflood_conns {
-        let (addr, shared) = (ctx.target.addr(), shared.clone());
+        let (dial, shared) = (ctx.dial(), shared.clone());
         let (max, reconnect, deadline) = (plan.max, knobs.wuflood_reconnect, plan.deadline);
         set.spawn(async move {
             loop {
-                flood_one(addr, plan, &shared).await;
+                flood_one(&dial, plan, &shared).await;
                 let spent = shared.sent.load(Ordering::Relaxed) >= max;
                 if !reconnect || spent || Instant::now() >= deadline {
                     break;
@@ -177,14 +176,14 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
 /// One connection: a GetQuote on stream 1 (or pages held open), then the
 /// flood until the deadline, the frame bound, or the server ends the
 /// connection.
-async fn flood_one(addr: SocketAddr, plan: Plan, shared: &Shared) {
+async fn flood_one(dial: &super::Dial, plan: Plan, shared: &Shared) {
     let Plan { deadline, max, .. } = plan;
     let fail = |e: String| {
         shared.record(|d| {
             d.first_error.get_or_insert(e);
         });
     };
-    let mut conn = match RawConn::connect(addr).await {
+    let mut conn = match dial.raw().await {
         Ok(conn) => conn,
         Err(e) => {
             fail(format!("connect: {e}"));

@@ -28,6 +28,22 @@
 //! outcome, and `note` anything that qualifies the numbers (e.g. the memory
 //! guard ended the attack early). Progress logs go to stderr. Exit status 1
 //! if an attack could not run, 2 for a usage error.
+//!
+//! Over TLS: `--tls-ca CA.pem` (e.g. `routing-server dev-cert`'s) makes
+//! every connection, the probe's too, complete a TLS handshake with ALPN
+//! `h2` first; each attack then misbehaves inside the TLS session as it
+//! does in plaintext. `nopreface` sends half a ClientHello (and, as many
+//! again, a whole one and then nothing) instead of half a preface, and
+//! `tlsflood` floods the server with full handshakes. For a fair
+//! `tlsflood` on one machine, pin the server and this process to
+//! different cores (`docs/tls.md` has the commands and the figures):
+//!
+//! ```console
+//! $ taskset -c 0 target/release/routing-server --listen 127.0.0.1:9443 --worker-threads 1 \
+//!     --tls-cert certs/server.pem --tls-key certs/server.key &
+//! $ taskset -c 1 cargo run --release -p harness --bin abuse -- --target 127.0.0.1:9443 \
+//!     --tls-ca certs/ca.pem tlsflood
+//! ```
 
 use std::{io::Write, process::ExitCode, time::Duration};
 
@@ -38,13 +54,14 @@ use harness::{
     init_tracing,
     monitor::ServerProcess,
     target::DEFAULT_TARGET,
+    tls::TlsArgs,
 };
 
 #[derive(Debug, Parser)]
 #[command(
     version,
     about = "Run bounded attacks against a gRPC server on loopback; one JSON line per attack",
-    after_help = "ATTACKS: all, stall, madeyoureset, fdflood, nopreface, slowbody, contenttype, pingflood, bigframes, wuflood, tcpstall, lockout, reconnect"
+    after_help = "ATTACKS: all, stall, madeyoureset, fdflood, nopreface, slowbody, contenttype, pingflood, bigframes, wuflood, tcpstall, lockout, reconnect, tlsflood (with --tls-ca; `all` leaves it out without)"
 )]
 struct Args {
     /// The server: host:port, loopback only (127.0.0.0/8 or [::1]).
@@ -67,6 +84,9 @@ struct Args {
     #[command(flatten)]
     knobs: Knobs,
 
+    #[command(flatten)]
+    tls: TlsArgs,
+
     /// The attacks to run, in order, or `all` for each in turn.
     #[arg(value_parser = parse_attacks, required = true)]
     attack: Vec<Selection>,
@@ -75,6 +95,17 @@ struct Args {
 /// One word of the command line: an attack, or `all` of them.
 #[derive(Debug, Clone)]
 struct Selection(Vec<Attack>);
+
+impl Selection {
+    /// The attacks to run: `all` in plaintext leaves out the TLS-only ones.
+    fn attacks(&self, tls: bool) -> impl Iterator<Item = Attack> + '_ {
+        let all = self.0.len() > 1;
+        self.0
+            .iter()
+            .copied()
+            .filter(move |a| tls || !all || !a.needs_tls())
+    }
+}
 
 fn parse_attacks(input: &str) -> Result<Selection, String> {
     if input == "all" {
@@ -94,11 +125,8 @@ fn parse_attacks(input: &str) -> Result<Selection, String> {
 async fn main() -> ExitCode {
     init_tracing();
     let args = Args::parse();
-    let attacks: Vec<Attack> = args
-        .attack
-        .iter()
-        .flat_map(|s| s.0.iter().copied())
-        .collect();
+    let tls = args.tls.tls_ca.is_some();
+    let attacks: Vec<Attack> = args.attack.iter().flat_map(|s| s.attacks(tls)).collect();
     if attacks.is_empty() {
         let _ = writeln!(
             std::io::stderr(),
@@ -114,10 +142,18 @@ async fn main() -> ExitCode {
             let _ = writeln!(std::io::stderr(), "error: {e}");
             return ExitCode::FAILURE;
         }
+        let tls = match args.tls.for_target(target.addr()) {
+            Ok(tls) => tls,
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "error: {e}");
+                return ExitCode::from(2);
+            }
+        };
         let ctx = Context {
             target,
             server: ServerProcess::locate(target.addr(), pid),
             knobs: args.knobs.clone(),
+            tls,
         };
         if let ServerProcess::Unknown(why) = &ctx.server {
             tracing::warn!(%target, "server RSS and CPU will be null: {why}");
@@ -176,4 +212,22 @@ async fn run_one(attack: Attack, ctx: &Context) -> Result<(), Error> {
     writeln!(stdout, "{line}")?;
     stdout.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `all` in plaintext leaves out the TLS-only attacks; named on its
+    /// own, a TLS-only attack stays (and says what it needs when it runs).
+    #[test]
+    fn all_leaves_out_tls_only_attacks_in_plaintext() {
+        let all = parse_attacks("all").expect("all");
+        let plain: Vec<Attack> = all.attacks(false).collect();
+        assert!(!plain.contains(&Attack::Tlsflood));
+        assert_eq!(plain.len(), Attack::ALL.len() - 1);
+        assert!(all.attacks(true).any(|a| a == Attack::Tlsflood));
+        let named = parse_attacks("tlsflood").expect("tlsflood");
+        assert_eq!(named.attacks(false).collect::<Vec<_>>(), [Attack::Tlsflood]);
+    }
 }

@@ -79,6 +79,52 @@
 //! and calls again as soon as it is answered, so the connections of a worker
 //! that the OS runs less often make fewer of the calls.
 //!
+//! Over TLS (`--tls-target`): what TLS costs a reused connection. Start
+//! each server twice, plaintext and TLS (`routing-server dev-cert --out
+//! certs` makes the certificates), and give both addresses; `--compare`
+//! and `--compare-tls` add a second server, e.g. the grpc-go peer:
+//!
+//! ```console
+//! $ target/release/routing-server --listen 127.0.0.1:9181 --worker-threads 1 &
+//! $ target/release/routing-server --listen 127.0.0.1:9182 --worker-threads 1 --tls-cert certs/server.pem --tls-key certs/server.key &
+//! $ GOMAXPROCS=1 /work/bin/routing-peer -listen 127.0.0.1:9191 &
+//! $ GOMAXPROCS=1 /work/bin/routing-peer -listen 127.0.0.1:9192 -tls-cert certs/server.pem -tls-key certs/server.key &
+//! $ cargo run --release -p harness --bin bench -- --target 127.0.0.1:9181 --tls-target 127.0.0.1:9182 \
+//!     --compare 127.0.0.1:9191 --compare-tls 127.0.0.1:9192 --tls-ca certs/ca.pem \
+//!     --calls 50000 --list-calls 400 --tls-rounds 5
+//! ```
+//!
+//! It prints the TLS table instead of the one above: RSS per idle
+//! connection, then server CPU per GetQuote and per full identity page,
+//! plaintext and TLS, run after run alternating (`--tls-rounds`); each row
+//! is the median of the rounds, the `rounds` lines after it every round's
+//! value. The extra CPU per page over the page's size is the TLS record
+//! layer's cost per MB. A real run (routing-server on 24886/24887, the
+//! grpc-go peer on 24888/24889, one worker each, other agents' builds and
+//! benchmarks on the same 2 cores):
+//!
+//! ```text
+//! # 2 cores, 1-minute load average 3.98 at start
+//! measurement (median of rounds)                                         127.0.0.1:24886 / TLS :24887  127.0.0.1:24888 / TLS :24889  ratio
+//! ----------------------------------------------------------------------------------------------------------------------------------------
+//! server RSS per idle connection, plaintext (KiB, 1000 held)                                     17.7                          14.1  1.25×
+//! server RSS per idle connection, TLS (KiB, 1000 held)                                           25.4                          49.0  0.52×
+//! GetQuote -c 50 on 1 conn, plaintext: server CPU per call (µs)                                  10.4                          20.0  0.52×
+//! GetQuote -c 50 on 1 conn, TLS: server CPU per call (µs)                                        11.8                          23.6  0.50×
+//! GetQuote -c 50 on 1 conn: TLS's extra CPU per call (µs)                                         0.4                           0.0      -
+//! GetQuote -c 50 on 1 conn, plaintext: p99 latency (ms)                                         3.816                         5.528  0.69×
+//! GetQuote -c 50 on 1 conn, TLS: p99 latency (ms)                                               3.622                         5.908  0.61×
+//! ListRoutes page 25 -c 2 identity, plaintext: server CPU per page (ms)                          2.40                          2.75  0.87×
+//! ListRoutes page 25 -c 2 identity, TLS: server CPU per page (ms)                                4.05                          4.63  0.88×
+//! ListRoutes page 25 -c 2 identity: TLS's extra CPU per page (ms)                                1.40                          2.00  0.70×
+//! TLS record layer: server CPU per MB (ms)                                                       0.28                          0.40  0.70×
+//! page size (MB)                                                                                 5.00                          5.00      -
+//! calls measured (5 rounds)                                                                    504000                        504000      -
+//! errors                                                                                            0                             0      -
+//! rounds, 127.0.0.1:24886: GetQuote µs plaintext 10.0 11.6 13.2 10.4 9.2 | TLS 11.4 11.8 13.6 12.6 8.6; page ms plaintext 2.3 2.8 3.0 2.4 1.9 | TLS 3.3 4.2 4.4 4.1 3.3
+//! rounds, 127.0.0.1:24888: GetQuote µs plaintext 19.4 25.4 25.4 20.0 17.6 | TLS 23.6 24.4 25.4 18.4 19.2; page ms plaintext 2.3 3.5 2.8 2.8 1.9 | TLS 4.6 5.5 4.2 5.0 3.4
+//! ```
+//!
 //! Progress goes to stderr. Every run is bounded by a call count and by
 //! `--max-secs`; idle connections by `--idle-conns`.
 
@@ -88,7 +134,7 @@ use clap::Parser;
 use harness::{
     Error, LoopbackTarget,
     bench::{self, BenchKnobs, Server},
-    init_tracing,
+    bench_tls, init_tracing,
     monitor::ServerProcess,
     target::DEFAULT_TARGET,
 };
@@ -119,6 +165,10 @@ struct Args {
 
     #[command(flatten)]
     knobs: BenchKnobs,
+
+    /// `--tls-target` and its flags: the TLS table (harness/src/bench_tls.rs).
+    #[command(flatten)]
+    tls: bench_tls::TlsBenchArgs,
 }
 
 #[tokio::main]
@@ -154,6 +204,11 @@ async fn run(args: Args) -> Result<String, Error> {
         if let ServerProcess::Unknown(why) = &server.process {
             tracing::warn!(target = %server.target, "CPU and RSS will read n/a: {why}");
         }
+    }
+    if let Some(pairs) = args.tls.pairs(&servers)? {
+        let measured = bench_tls::run(&pairs, &args.tls, &args.knobs).await?;
+        let table = bench_tls::table(&pairs, &args.knobs, args.tls.tls_rounds, &measured);
+        return Ok(machine_line() + &table);
     }
     let measured = bench::run(&servers, &args.knobs).await?;
     let mut out = machine_line();
