@@ -33,6 +33,9 @@
 //! - [`target`]: the loopback-only target address.
 //! - [`attacks`]: the attacks, one module each, and their report line.
 //! - [`bench`]: the benchmark runs and their table.
+//! - [`folklore`]: `bench folklore`, which starts routing-server, stock
+//!   tonic and the grpc-go peer and measures the folklore of
+//!   `docs/folklore.md` on all three: its runs, table and figure.
 //! - [`link_chart`]: the catalog over emulated links and the window sweep,
 //!   measured for `link-chart`.
 //! - [`chart`]: those measurements drawn as SVG (`docs/figures/`).
@@ -43,6 +46,7 @@ pub mod attacks;
 pub mod balance_chart;
 pub mod bench;
 pub mod chart;
+pub mod folklore;
 pub mod frame;
 pub mod grpc;
 pub mod h2client;
