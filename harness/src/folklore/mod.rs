@@ -76,6 +76,7 @@ pub const FIGURE: &str = "folklore.svg";
 #[derive(Debug, Parser)]
 #[command(
     name = "bench folklore",
+    bin_name = "bench folklore",
     about = "Message size, one connection or several, calls in flight: routing-server, stock tonic and grpc-go side by side"
 )]
 pub struct Args {

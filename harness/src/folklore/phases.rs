@@ -190,6 +190,17 @@ pub async fn stream_cap(c: &Contender) -> Result<Vec<Measurement>, Error> {
     Ok(out)
 }
 
+/// The receive windows of the held calls' connections: tonic's (2 MiB a
+/// stream, 5 MiB the connection), not the protocol's 64 KiB. h2's client
+/// allows unread small DATA frames up to half the connection window: with
+/// 64 KiB, about 170 GetQuote answers waiting for their callers closed the
+/// connection to grpc-go, which lets all 300 streams run at once (GOAWAY
+/// `too_many_data_frames`, h2 0.4.20).
+const TONIC_WINDOWS: ReceiveWindows = ReceiveWindows {
+    stream: routing_clients::windows::HYPER_STREAM_WINDOW,
+    connection: routing_clients::windows::HYPER_CONNECTION_WINDOW,
+};
+
 /// `callers` callers over `connections` h2 connections, each calling
 /// GetQuote in a loop for `run`: headers, then `hold`, then the body. The
 /// latency counts from the moment the caller asks for a stream, so a call
@@ -205,7 +216,7 @@ pub async fn held_calls(
     let addr = server.target.addr();
     let mut pool = Vec::new();
     for _ in 0..connections.max(1) {
-        let conn = H2Conn::connect(addr, ReceiveWindows::default()).await?;
+        let conn = H2Conn::connect(addr, TONIC_WINDOWS).await?;
         // One call first, so the server's SETTINGS (its cap) are in.
         held_call(conn.sender(), conn.authority(), Duration::ZERO).await?;
         pool.push(conn);
@@ -215,10 +226,8 @@ pub async fn held_calls(
     for i in 0..callers {
         let conn = &pool[i % pool.len()];
         let (send, authority) = (conn.sender(), conn.authority().to_string());
-        // Callers start spread over one hold, as independent clients would:
-        // started together, 300 answers would arrive in one burst, and h2's
-        // own client closes a connection with more than about 170 small
-        // DATA frames unread (GOAWAY too_many_data_frames, h2 0.4.20).
+        // Callers start spread over one hold, as independent clients would,
+        // not in lock-step.
         let stagger = hold.mul_f64(i as f64 / callers as f64);
         callers_set.spawn(async move {
             let mut latencies = Latencies::new();

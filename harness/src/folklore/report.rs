@@ -135,6 +135,14 @@ impl Metric {
         }
     }
 
+    /// Whether the metric counts things (calls, errors): a whole number.
+    pub fn is_count(self) -> bool {
+        matches!(
+            self,
+            Self::Calls | Self::Errors | Self::PageErrors | Self::CallsHeld
+        )
+    }
+
     pub fn precision(self) -> usize {
         match self {
             Self::Calls | Self::Errors | Self::CallsPerSec | Self::PageErrors | Self::CallsHeld => {
@@ -192,10 +200,14 @@ impl Measurement {
         object.insert("case".into(), self.case.clone().into());
         object.insert("server".into(), self.stack.name().into());
         for (metric, value) in &self.values {
-            // Rounded as the table shows it, plus three decimals.
-            let scale = 10f64.powi(metric.precision() as i32 + 3);
-            let rounded = (value * scale).round() / scale;
-            let number = serde_json::Number::from_f64(rounded).map_or(Value::Null, Value::Number);
+            let number = if metric.is_count() {
+                Value::from(value.round() as i64)
+            } else {
+                // Rounded as the table shows it, plus three decimals.
+                let scale = 10f64.powi(metric.precision() as i32 + 3);
+                let rounded = (value * scale).round() / scale;
+                serde_json::Number::from_f64(rounded).map_or(Value::Null, Value::Number)
+            };
             object.insert(metric.key().into(), number);
         }
         Value::Object(object).to_string()
@@ -348,6 +360,7 @@ mod tests {
             .with(Metric::P99Ms, Some(7.123_456_7))
             .with(Metric::ServerCores, None)
             .with(Metric::Errors, Some(f64::NAN))
+            .with(Metric::Calls, Some(1000.0))
             .json_line();
         let value: Value = serde_json::from_str(&line).expect("JSON");
         assert_eq!(value["claim"], "head_of_line");
@@ -356,5 +369,9 @@ mod tests {
         assert_eq!(value["p99_ms"], 7.123457);
         assert!(value.get("server_cores").is_none());
         assert!(value.get("errors").is_none(), "NaN is left out: {line}");
+        assert!(
+            line.contains(r#""calls":1000,"#),
+            "counts are whole: {line}"
+        );
     }
 }
