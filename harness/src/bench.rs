@@ -90,7 +90,13 @@ pub struct Server {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Load {
     GetQuote,
-    ListRoutes { gzip: bool },
+    ListRoutes {
+        gzip: bool,
+    },
+    /// A page of `routes` routes (1 to 25), identity: `bench folklore`'s message sizes.
+    Page {
+        routes: i32,
+    },
 }
 
 /// What one run measured.
@@ -222,23 +228,30 @@ pub async fn measure_load_over(
 async fn one_call(channel: Channel, load: Load) -> Result<(), tonic::Status> {
     match load {
         Load::GetQuote => probe::get_quote(channel).await,
-        Load::ListRoutes { gzip } => {
-            let mut client =
-                RoutingServiceClient::new(channel).max_decoding_message_size(LIST_DECODE_CAP);
-            if gzip {
-                client = client.accept_compressed(CompressionEncoding::Gzip);
-            }
-            let page = client.list_routes(crate::grpc::full_page_request()).await?;
-            if page.get_ref().routes.len() != crate::grpc::FULL_PAGE as usize {
-                return Err(tonic::Status::data_loss(format!(
-                    "expected {} routes, got {}",
-                    crate::grpc::FULL_PAGE,
-                    page.get_ref().routes.len()
-                )));
-            }
-            Ok(())
-        }
+        Load::ListRoutes { gzip } => list_page(channel, crate::grpc::FULL_PAGE, gzip).await,
+        Load::Page { routes } => list_page(channel, routes, false).await,
     }
+}
+
+/// One ListRoutes page of `routes` routes, gzip accepted or not; a page
+/// with another number of routes is `DATA_LOSS`.
+pub async fn list_page(channel: Channel, routes: i32, gzip: bool) -> Result<(), tonic::Status> {
+    let mut client = RoutingServiceClient::new(channel).max_decoding_message_size(LIST_DECODE_CAP);
+    if gzip {
+        client = client.accept_compressed(CompressionEncoding::Gzip);
+    }
+    let request = routing_contracts::routing::ListRoutesRequest {
+        page_size: routes,
+        ..Default::default()
+    };
+    let page = client.list_routes(request).await?;
+    if page.get_ref().routes.len() != routes as usize {
+        return Err(tonic::Status::data_loss(format!(
+            "expected {routes} routes, got {}",
+            page.get_ref().routes.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Server memory at rest and per idle HTTP/2 connection.

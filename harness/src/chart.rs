@@ -203,7 +203,19 @@ pub(crate) fn render(
         &DrawingArea<SVGBackend<'_>, Shift>,
     ) -> Result<(), DrawingAreaErrorKind<std::io::Error>>,
 ) -> Result<(), Error> {
-    let root = SVGBackend::with_string(svg, SIZE).into_drawing_area();
+    render_sized(svg, SIZE, name, draw)
+}
+
+/// [`render`] at another size, in pixels.
+pub(crate) fn render_sized(
+    svg: &mut String,
+    size: (u32, u32),
+    name: &str,
+    draw: impl FnOnce(
+        &DrawingArea<SVGBackend<'_>, Shift>,
+    ) -> Result<(), DrawingAreaErrorKind<std::io::Error>>,
+) -> Result<(), Error> {
+    let root = SVGBackend::with_string(svg, size).into_drawing_area();
     draw(&root).map_err(|e| format!("cannot draw the {name} chart: {e}"))?;
     root.present()
         .map_err(|e| format!("cannot write the {name} chart: {e}"))?;
@@ -342,7 +354,7 @@ fn window_sweep(
 
 /// A log-scale axis range that holds every positive value, with room above
 /// for labels: from a power of ten below the smallest to one above the largest.
-fn log_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+pub(crate) fn log_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
     let (low, high) = values
         .filter(|v| v.is_finite() && *v > 0.0)
         .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
@@ -374,7 +386,7 @@ fn window_label(kib: f64) -> String {
 }
 
 /// Up to three significant digits, no trailing zeros: 0.0123, 1.5, 42, 1000.
-fn number_label(value: f64) -> String {
+pub(crate) fn number_label(value: f64) -> String {
     if value == 0.0 || !value.is_finite() {
         return format!("{value}");
     }

@@ -120,6 +120,18 @@ impl H2Conn {
         })
     }
 
+    /// A handle that opens streams on this connection from another task
+    /// (`bench folklore` runs hundreds of callers on one connection); they
+    /// fail once `self` is dropped.
+    pub fn sender(&self) -> SendRequest<Bytes> {
+        self.send.clone()
+    }
+
+    /// The `host:port` requests on this connection name as `:authority`.
+    pub fn authority(&self) -> &str {
+        &self.authority
+    }
+
     /// True while the driver task runs, i.e. the server has not closed us.
     pub fn is_open(&self) -> bool {
         !self.driver.is_finished()

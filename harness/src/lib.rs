@@ -37,6 +37,9 @@
 //! - [`bench`]: the benchmark runs and their table.
 //! - [`bench_tls`]: `bench --tls-target`: what TLS costs a reused
 //!   connection, plaintext against TLS, per call and per MB.
+//! - [`folklore`]: `bench folklore`, which starts routing-server, stock
+//!   tonic and the grpc-go peer and measures the folklore of
+//!   `docs/folklore.md` on all three: its runs, table and figure.
 //! - [`link_chart`]: the catalog over emulated links and the window sweep,
 //!   measured for `link-chart`.
 //! - [`chart`]: those measurements drawn as SVG (`docs/figures/`).
@@ -48,6 +51,7 @@ pub mod balance_chart;
 pub mod bench;
 pub mod bench_tls;
 pub mod chart;
+pub mod folklore;
 pub mod frame;
 pub mod grpc;
 pub mod h2client;

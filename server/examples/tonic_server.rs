@@ -34,11 +34,10 @@ use routing_contracts::routing::{
 };
 use routing_server::{catalog::Catalog, knobs, quote, server::Error};
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{
     Request, Response, Status,
     codec::CompressionEncoding,
-    transport::{Identity, Server, ServerTlsConfig},
+    transport::{Identity, Server, ServerTlsConfig, server::TcpIncoming},
 };
 
 #[derive(Debug, Parser)]
@@ -161,7 +160,11 @@ pub async fn serve_with(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(routing)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
+        // TCP_NODELAY, which `Server::builder().serve(addr)` sets itself but
+        // `serve_with_incoming` leaves to the listener: without it, a
+        // response's last small frames wait for the client's delayed ACK
+        // (a 0.2 MB page took 17 ms instead of 0.3, docs/folklore.md).
+        .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), signal);
     // tonic waits for every connection to close; bound the drain.
     let drain_timed_out = async {
         let _ = drain_started.wait_for(|started| *started).await;

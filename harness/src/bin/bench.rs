@@ -127,6 +127,11 @@
 //!
 //! Progress goes to stderr. Every run is bounded by a call count and by
 //! `--max-secs`; idle connections by `--idle-conns`.
+//!
+//! `bench folklore` is a command of its own (`harness::folklore`): it
+//! starts routing-server, stock tonic and the grpc-go peer itself and
+//! measures the folklore of `docs/folklore.md` on all three
+//! (`cargo run --release -p harness --bin bench -- folklore --help`).
 
 use std::{io::Write, process::ExitCode};
 
@@ -174,6 +179,9 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     init_tracing();
+    if harness::folklore::is_folklore(std::env::args_os().nth(1).as_deref()) {
+        return harness::folklore::main(std::env::args_os().skip(1)).await;
+    }
     match run(Args::parse()).await {
         Ok(table) => {
             let mut stdout = std::io::stdout().lock();
