@@ -285,7 +285,10 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// one HTTP/2 connection uses at most one core, however busy it is, so a
 /// client needs at least as many connections as the server has workers.
 /// `--worker-threads 1` serves everything on the thread that calls
-/// [`crate::run`], exactly as a single-threaded server.
+/// [`crate::run`], exactly as a single-threaded server; with more, that
+/// thread only accepts (and serves health and the drain), so N workers are
+/// N + 1 threads: an acceptor that shared worker 0's thread fell behind a
+/// reconnect storm (issue 23, see [`crate::workers`]).
 pub const WORKER_THREADS: Option<usize> = None;
 
 /// The thread count when `available_parallelism()` cannot tell (it fails on
