@@ -30,8 +30,10 @@
 //! in waves. On a thread that only accepts and hands off, the acceptor
 //! takes each connection as it arrives, whatever the workers have to do.
 //! It costs one more thread, asleep in `epoll_wait` between connections,
-//! and a wake-up of a worker for every connection (2 to 7 µs of CPU per
-//! connection more in the storm), never anything per call.
+//! and a wake-up of a worker for every connection: 18-32 µs of server CPU
+//! per connection in the storm, against 18-23 µs with the acceptor on
+//! worker 0's thread, which still fell behind in 3 runs of 6; never
+//! anything per call (docs/hardening.md, round three).
 //!
 //! # Why one acceptor, not `SO_REUSEPORT`
 //!
@@ -265,6 +267,14 @@ where
             let _live = live;
             serve(job).await;
         });
+        // One new connection per turn of this worker's runtime, after its
+        // other tasks and a look at the sockets: without it, a reconnect
+        // storm handed over faster than the worker served, `recv` returned
+        // up to 128 waiting connections at once, and the calls of the
+        // worker's established connections waited behind them (another
+        // client's GetQuote p99 224-773 ms during the storm, 12-241 ms with
+        // this, issue 23).
+        tokio::task::yield_now().await;
     }
 }
 
