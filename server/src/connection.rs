@@ -6,7 +6,10 @@
 //!   accept errors such as `EMFILE` instead of spinning. It yields each
 //!   connection as [`Accepted`], a socket bound to no runtime yet, so the
 //!   server can hand it to the worker that will serve it
-//!   ([`crate::server`]).
+//!   ([`crate::server`]); on Linux it costs one `accept4` and nothing else.
+//! - [`Accepted::serve`] waits for the client's first byte before it sets
+//!   a socket option or builds anything for HTTP/2 or TLS: a client that
+//!   connects and closes costs the accept, one peek and the close.
 //! - [`Connection`] wraps each accepted stream and watches its frames in
 //!   both directions with [`h2_frames::FrameTracker`]:
 //!   - **handshake timeout**: no preface, SETTINGS and acknowledgement of
@@ -69,6 +72,7 @@ use crate::knobs::{
     ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, CONTROL_FRAMES_PER_STREAM, FD_HEADROOM,
     GOAWAY_WRITE_GRACE, MAX_PING_STRIKES,
 };
+use crate::lifetime::DrainWatcher;
 use crate::tls::{ServerTls, Transport};
 use crate::window_budget::WindowUpdateBudget;
 use h2_frames::{Frame, FrameHeader, FrameTracker, GoAway, encode_frame, flag, kind};
@@ -185,22 +189,23 @@ pub fn incoming(
     listener: TcpListener,
     max_connections: u64,
     policy: ConnectionPolicy,
-) -> mpsc::Receiver<Accepted> {
+) -> io::Result<mpsc::Receiver<Accepted>> {
+    let listening = Listening::new(listener)?;
     let (tx, rx) = mpsc::channel(1);
     let slots = usize::try_from(max_connections)
         .unwrap_or(usize::MAX)
         .min(Semaphore::MAX_PERMITS);
     tokio::spawn(accept_loop(
-        listener,
+        listening,
         Arc::new(Semaphore::new(slots)),
         policy,
         tx,
     ));
-    rx
+    Ok(rx)
 }
 
 async fn accept_loop(
-    listener: TcpListener,
+    listening: Listening,
     slots: Arc<Semaphore>,
     policy: ConnectionPolicy,
     tx: mpsc::Sender<Accepted>,
@@ -210,7 +215,7 @@ async fn accept_loop(
     loop {
         let accepted = tokio::select! {
             () = tx.closed() => return,
-            accepted = listener.accept() => accepted,
+            accepted = listening.accept() => accepted,
         };
         match accepted {
             Ok((stream, peer)) => {
@@ -225,13 +230,11 @@ async fn accept_loop(
                     continue;
                 };
                 at_cap = false;
-                // TCP_NODELAY: without it, small responses can wait ~40 ms for
-                // Nagle's algorithm and the peer's delayed ACK.
-                if let Err(e) = stream.set_nodelay(true) {
-                    tracing::debug!(%peer, "cannot set TCP_NODELAY: {e}");
-                }
-                let Some(connection) = Accepted::detach(stream, peer, slot, policy) else {
-                    continue;
+                let connection = Accepted {
+                    stream,
+                    peer,
+                    slot,
+                    policy,
                 };
                 if tx.send(connection).await.is_err() {
                     return;
@@ -254,6 +257,65 @@ async fn accept_loop(
     }
 }
 
+/// The listening socket, as the accept loop uses it: each
+/// [`Listening::accept`] yields a socket registered with no runtime, ready
+/// to be sent to the worker that will serve it.
+///
+/// On Linux the socket is watched for readiness alone, and accepted with
+/// one `accept4` that makes the new socket non-blocking and close-on-exec.
+/// tokio's `TcpListener::accept` registers every socket it accepts with
+/// the accepting runtime, and the hand-off then takes it out again: two
+/// `epoll_ctl` calls per connection, on the acceptor's thread, for nothing
+/// (issue 23). tokio reports the readiness of a stream, not of a listener,
+/// so the listening socket is held as a `TcpStream`: a listening socket is
+/// readable when a connection waits in its queue. Elsewhere, tokio's
+/// `accept`, and the socket taken out of the runtime.
+#[derive(Debug)]
+enum Listening {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    Watched(TcpStream),
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    Tokio(TcpListener),
+}
+
+impl Listening {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn new(listener: TcpListener) -> io::Result<Self> {
+        let fd = std::os::fd::OwnedFd::from(listener.into_std()?);
+        TcpStream::from_std(std::net::TcpStream::from(fd)).map(Self::Watched)
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    fn new(listener: TcpListener) -> io::Result<Self> {
+        Ok(Self::Tokio(listener))
+    }
+
+    /// The next connection in the queue, waiting for one if there is none.
+    async fn accept(&self) -> io::Result<(std::net::TcpStream, SocketAddr)> {
+        match self {
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            Self::Watched(socket) => {
+                let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+                let (accepted, addr) = socket
+                    .async_io(tokio::io::Interest::READABLE, || {
+                        socket2::SockRef::from(socket).accept4(flags)
+                    })
+                    .await?;
+                // A TCP listener's peer is always an IP address.
+                let peer = addr
+                    .as_socket()
+                    .ok_or_else(|| io::Error::other("accepted a peer that is not an IP address"))?;
+                Ok((accepted.into(), peer))
+            }
+            #[cfg(not(any(target_os = "linux", target_os = "android")))]
+            Self::Tokio(listener) => {
+                let (stream, peer) = listener.accept().await?;
+                Ok((stream.into_std()?, peer))
+            }
+        }
+    }
+}
+
 /// A connection accepted under the cap, not yet served: its socket belongs
 /// to no runtime, so it may be sent to another thread. [`Accepted::serve`],
 /// called on the thread that will serve it, registers it there, so that
@@ -267,44 +329,64 @@ pub struct Accepted {
 }
 
 impl Accepted {
-    /// Takes the socket out of the accepting runtime (`None`, and the
-    /// connection closed, if the kernel refuses, which it does not in
-    /// practice).
-    fn detach(
-        stream: TcpStream,
-        peer: SocketAddr,
-        slot: OwnedSemaphorePermit,
-        policy: ConnectionPolicy,
-    ) -> Option<Self> {
-        match stream.into_std() {
-            Ok(stream) => Some(Self {
-                stream,
-                peer,
-                slot,
-                policy,
-            }),
-            Err(e) => {
-                tracing::debug!(%peer, "cannot hand the connection on: {e}");
-                None
+    /// Registers the socket with the runtime this is called on (it must be
+    /// called inside one), waits for the client's first byte, and applies
+    /// the connection's policies; with `tls`, then runs the TLS handshake
+    /// ([`ServerTls::accept`]). The first byte, the TLS handshake and
+    /// HTTP/2's share one handshake timeout. A connection closed before
+    /// its first byte, or still silent when `drain` starts, ends here.
+    ///
+    /// The client speaks first in both protocols (the HTTP/2 preface, RFC
+    /// 9113 §3.4; the TLS ClientHello), so nothing is lost by waiting for
+    /// it: the server's own SETTINGS go out with the reply to the client's
+    /// preface rather than before it. What it saves: a client that
+    /// connects and closes (a reconnect storm without a preface, a load
+    /// balancer's TCP health check, a port scan) costs no socket options,
+    /// no HTTP/2 state, no write and no reset, only the accept, the
+    /// registration and the close (issue 23).
+    pub async fn serve(
+        self,
+        tls: Option<&ServerTls>,
+        drain: &mut DrainWatcher,
+    ) -> io::Result<Connection> {
+        // accept4 (or into_std) left the socket non-blocking, as from_std
+        // requires.
+        let stream = TcpStream::from_std(self.stream)?;
+        let deadline = tokio::time::Instant::now() + self.policy.handshake_timeout;
+        tokio::select! {
+            spoke = tokio::time::timeout_at(deadline, client_speaks(&stream)) => match spoke {
+                Ok(spoke) => spoke?,
+                Err(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "not a byte within the handshake timeout ({:?})",
+                            self.policy.handshake_timeout
+                        ),
+                    ));
+                }
+            },
+            () = drain.draining() => {
+                return Err(io::Error::other("the server is draining: closed before the client spoke"));
             }
         }
-    }
-
-    /// Registers the socket with the runtime this is called on (it must be
-    /// called inside one) and applies the connection's policies; with
-    /// `tls`, first runs the TLS handshake ([`ServerTls::accept`]), inside
-    /// the same handshake timeout as HTTP/2's.
-    pub async fn serve(self, tls: Option<&ServerTls>) -> io::Result<Connection> {
-        // into_std left the socket non-blocking, as from_std requires.
-        let stream = TcpStream::from_std(self.stream)?;
-        let Some(tls) = tls else {
-            return Ok(Connection::new(stream, self.peer, self.slot, self.policy));
-        };
-        // One deadline for the TLS handshake and HTTP/2's.
-        let deadline = tokio::time::Instant::now() + self.policy.handshake_timeout;
+        // TCP_NODELAY: without it, small responses can wait ~40 ms for
+        // Nagle's algorithm and the peer's delayed ACK.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(peer = %self.peer, "cannot set TCP_NODELAY: {e}");
+        }
         if let Err(e) = bound_kernel_buffers(&stream, &self.policy) {
             tracing::debug!(peer = %self.peer, "cannot bound the socket's kernel buffers: {e}");
         }
+        let Some(tls) = tls else {
+            return Ok(Connection::new(
+                stream,
+                self.peer,
+                self.slot,
+                self.policy,
+                deadline,
+            ));
+        };
         // Boxed: the handshake's state (rustls's session, the ClientHello)
         // lives on the heap while it runs, and is not stored in every
         // connection's task, plaintext ones included, for the task's life.
@@ -321,6 +403,19 @@ impl Accepted {
 
     pub fn peer(&self) -> SocketAddr {
         self.peer
+    }
+}
+
+/// Waits until the client has sent its first byte, without taking it;
+/// `UnexpectedEof` if it closed first.
+async fn client_speaks(stream: &TcpStream) -> io::Result<()> {
+    let mut byte = [0u8; 1];
+    match stream.peek(&mut byte).await? {
+        0 => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "closed before its first byte",
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -622,19 +717,18 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// A plaintext connection over `stream`, whose socket options are set,
+    /// with `handshake_deadline` for the HTTP/2 handshake.
     fn new(
         stream: TcpStream,
         remote_addr: SocketAddr,
         slot: OwnedSemaphorePermit,
         policy: ConnectionPolicy,
+        handshake_deadline: tokio::time::Instant,
     ) -> Self {
-        if let Err(e) = bound_kernel_buffers(&stream, &policy) {
-            tracing::debug!(peer = %remote_addr, "cannot bound the socket's kernel buffers: {e}");
-        }
         let sent = SentBytes::of(&stream);
         let plain = Transport::Plain(CountWrites::new(stream, Arc::clone(&sent)));
-        let deadline = tokio::time::Instant::now() + policy.handshake_timeout;
-        Self::over(plain, sent, remote_addr, slot, policy, deadline)
+        Self::over(plain, sent, remote_addr, slot, policy, handshake_deadline)
     }
 
     /// A connection over `transport` (plaintext or TLS), whose bytes `sent`
@@ -974,6 +1068,39 @@ mod tests {
         start + Duration::from_millis(millis)
     }
 
+    /// Given a listener with two clients waiting in its queue, when the
+    /// accept loop's listener takes them, then each comes with its client's
+    /// address, non-blocking (as a runtime needs it) and registered with no
+    /// runtime, so a worker's runtime can take it; the second waits in the
+    /// queue until asked for.
+    #[tokio::test]
+    async fn accepted_sockets_come_non_blocking_with_their_peer() {
+        // Given: two clients connected before anything is accepted.
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let first = TcpStream::connect(addr).await.expect("connects");
+        let second = TcpStream::connect(addr).await.expect("connects");
+        let listening = Listening::new(listener).expect("watched");
+
+        for client in [first, second] {
+            // When: one is accepted.
+            let (accepted, peer) = tokio::time::timeout(Duration::from_secs(5), listening.accept())
+                .await
+                .expect("a queued connection is taken at once")
+                .expect("accepted");
+
+            // Then: it is the client's, non-blocking, and a runtime takes it.
+            assert_eq!(peer, client.local_addr().expect("client address"));
+            assert!(
+                socket2::SockRef::from(&accepted)
+                    .nonblocking()
+                    .expect("flags")
+            );
+            let stream = TcpStream::from_std(accepted).expect("registers with this runtime");
+            assert_eq!(stream.peer_addr().expect("peer"), peer);
+        }
+    }
+
     /// Given the chapter's 5 s floor, a PING every second is fine once, then
     /// two strikes, then one too many: the third strike.
     #[test]
@@ -1041,7 +1168,11 @@ mod tests {
         let slot = Arc::new(Semaphore::new(1))
             .try_acquire_owned()
             .expect("a free slot");
-        (client, Connection::new(accepted, peer, slot, policy))
+        let deadline = tokio::time::Instant::now() + policy.handshake_timeout;
+        (
+            client,
+            Connection::new(accepted, peer, slot, policy, deadline),
+        )
     }
 
     /// Given a server that is halfway through writing a DATA frame when a

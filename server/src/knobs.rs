@@ -258,6 +258,10 @@ pub const FD_HEADROOM: u64 = 64;
 /// acknowledges SETTINGS as soon as it reads them, one round trip after
 /// connecting (RFC 9113 §6.5.3 calls a missing ack `SETTINGS_TIMEOUT`).
 /// 10 s is generous for any real client, TLS-terminating proxies included.
+/// The same deadline covers the wait for the client's first byte, before
+/// which the server builds nothing and sends nothing (not even its
+/// SETTINGS; see [`crate::connection::Accepted::serve`]), and, with TLS,
+/// the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Accept errors such as `EMFILE` (out of file descriptors) back off before
@@ -285,7 +289,10 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// one HTTP/2 connection uses at most one core, however busy it is, so a
 /// client needs at least as many connections as the server has workers.
 /// `--worker-threads 1` serves everything on the thread that calls
-/// [`crate::run`], exactly as a single-threaded server.
+/// [`crate::run`], exactly as a single-threaded server; with more, that
+/// thread only accepts (and serves health and the drain), so N workers are
+/// N + 1 threads: an acceptor that shared worker 0's thread fell behind a
+/// reconnect storm (issue 23, see [`crate::workers`]).
 pub const WORKER_THREADS: Option<usize> = None;
 
 /// The thread count when `available_parallelism()` cannot tell (it fails on
@@ -382,6 +389,10 @@ pub const GOAWAY_WRITE_GRACE: Duration = Duration::from_secs(1);
 /// (issue 23); Go listens with `somaxconn` (4,096 on Linux since 5.4) and
 /// its clients saw almost none. The kernel caps any value at `somaxconn`.
 /// The memory is the kernel's, per queued connection, only while it waits.
+/// A longer queue only buys time (4,096 is 0.2-0.3 s of that storm here):
+/// the acceptor must also keep up, which is why it has a thread of its own
+/// and takes each connection with one `accept4` ([`crate::workers`],
+/// [`crate::connection`]).
 pub const LISTEN_BACKLOG: Option<u32> = None;
 
 /// The backlog when `somaxconn` cannot be read (not Linux, or no `/proc`):

@@ -13,7 +13,8 @@
 //! - [`service`]: the gRPC adapter that maps both onto `Status` codes,
 //!   serves ListRoutes through `page_codec`, and gzips only ListRoutes pages.
 //! - [`connection`]: per-connection policies: the connection cap, accept
-//!   back-off, handshake timeout and the keepalive ping floor.
+//!   back-off, nothing built before the client's first byte, handshake
+//!   timeout and the keepalive ping floor.
 //! - [`coalesce`]: gathers large DATA frames into fewer writes.
 //! - [`edge`]: per-call guards: HTTP 415 for non-gRPC requests, request
 //!   deadline and budget, response budget and send deadline.
@@ -28,7 +29,8 @@
 //!   GOAWAY that gives back what a connection kept after a burst of
 //!   streams, the server's drain, and the `routing-replica` response header.
 //! - [`workers`]: thread-per-core serving: one current-thread runtime per
-//!   worker, each connection on one worker for its whole life.
+//!   worker, each connection on one worker for its whole life, and the
+//!   acceptor on a thread of its own.
 //! - [`window_budget`]: how many WINDOW_UPDATEs the DATA sent calls for.
 //! - [`tls`]: TLS on the server's port (`--tls-cert`, `--tls-key`): the
 //!   handshake on the worker, inside the handshake timeout, and the

@@ -411,6 +411,14 @@ impl Drain {
     }
 }
 
+impl DrainWatcher {
+    /// Completes once the drain has started: for a connection that has no
+    /// HTTP/2 connection yet to send a GOAWAY on.
+    pub async fn draining(&mut self) {
+        let _ = self.rx.changed().await;
+    }
+}
+
 /// Why a connection was sent away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GoingAway {

@@ -86,10 +86,10 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    // One thread: the acceptor, health, the drain and worker 0. The other
-    // workers (knobs::WORKER_THREADS) are threads with runtimes of their own
-    // that routing_server::run starts, so that each connection stays on one
-    // thread (see routing_server::workers).
+    // One thread: the acceptor, health and the drain. The workers
+    // (knobs::WORKER_THREADS) are threads with runtimes of their own that
+    // routing_server::run starts, so that each connection stays on one
+    // thread; a worker alone is this thread (see routing_server::workers).
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

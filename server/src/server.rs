@@ -85,11 +85,12 @@ fn routing_server(api: RoutingApi, config: &Config) -> RoutingServer {
 ///
 /// Connections are served by `config.worker_threads` workers
 /// ([`crate::workers`]): the runtime this is awaited on accepts every
-/// connection and is worker 0; the others are threads this starts, each with
-/// a current-thread runtime, and stops before it returns. What is global
-/// stays here, on the caller's runtime: the accept loop with its connection
-/// cap and back-off, health, the byte budgets (shared by every worker's copy
-/// of the service) and the drain, which waits for every worker's connections.
+/// connection; the workers are threads this starts, each with a
+/// current-thread runtime, and stops before it returns (one worker alone is
+/// the caller's runtime itself). What is global stays here, on the caller's
+/// runtime: the accept loop with its connection cap and back-off, health,
+/// the byte budgets (shared by every worker's copy of the service) and the
+/// drain, which waits for every worker's connections.
 ///
 /// hyper serves each connection directly rather than through tonic's
 /// `Server`: tonic adds a router, boxed futures and bodies, and a `date`
@@ -159,7 +160,7 @@ pub async fn run(
             control_frame_budget: config.control_frame_budget(),
             window_update_budget: config.window_update_budget(),
         },
-    );
+    )?;
     let connections = Drain::new();
     let lifetime = Arc::new(Lifetime::from_config(&config));
     let mut serve = Vec::with_capacity(workers);
@@ -219,7 +220,7 @@ pub async fn run(
 /// the drain closes it.
 async fn serve_connection<S>(
     accepted: Accepted,
-    watcher: DrainWatcher,
+    mut watcher: DrainWatcher,
     service: S,
     http2: http2::Builder<TokioExecutor>,
     tls: Option<ServerTls>,
@@ -232,7 +233,7 @@ async fn serve_connection<S>(
     S::Future: Send + Unpin + 'static,
 {
     let peer = accepted.peer();
-    let connection = match accepted.serve(tls.as_ref()).await {
+    let connection = match accepted.serve(tls.as_ref(), &mut watcher).await {
         Ok(connection) => connection,
         Err(e) => {
             tracing::debug!(%peer, "connection not served: {e}");

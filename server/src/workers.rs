@@ -6,14 +6,34 @@
 //!
 //! # How the workers relate to the caller's runtime
 //!
-//! Worker 0 is the runtime that [`crate::run`] is awaited on: its
-//! connections are tasks there, beside the acceptor. Workers 1 to N-1 are
-//! threads that [`Workers::start`] spawns, named `worker-1` and so on (short:
-//! Linux keeps 15 bytes of a thread's name), each with its own current-thread
-//! runtime, and [`Workers::stop`] ends and joins them.
-//! So `--worker-threads 1` spawns no thread at all and serves exactly as a
-//! single-threaded server does; `routing-server` awaits `run` on a
-//! current-thread runtime, so N workers are N threads.
+//! With two workers or more, every worker is a thread that
+//! [`Workers::start`] spawns, named `worker-0`, `worker-1` and so on (short:
+//! Linux keeps 15 bytes of a thread's name), each with its own
+//! current-thread runtime, and [`Workers::stop`] ends and joins them. The
+//! runtime that [`crate::run`] is awaited on keeps the acceptor (with
+//! health and the drain) and serves no connection, so N workers are N + 1
+//! threads. With one worker, that worker is the caller's runtime: its
+//! connections are tasks there, beside the acceptor, so `--worker-threads 1`
+//! spawns no thread at all and serves exactly as a single-threaded server
+//! does.
+//!
+//! # Why the acceptor has a thread of its own
+//!
+//! When the acceptor shared its thread with worker 0, a reconnect storm
+//! (issue 23: 32 clients connecting and closing as fast as they can) put it
+//! behind. Worker 0 ended its connections at once, on the acceptor's own
+//! thread, while worker 1's waited for their thread to wake, so the
+//! least-loaded choice sent worker 0 two connections in three (89,018 to
+//! 44,699 in one 10 s storm), and the acceptor served them instead of
+//! accepting. The kernel's queue then filled in 0.2 to 0.3 s, it dropped
+//! the next SYNs, and every client waited a second for its retransmission,
+//! in waves. On a thread that only accepts and hands off, the acceptor
+//! takes each connection as it arrives, whatever the workers have to do.
+//! It costs one more thread, asleep in `epoll_wait` between connections,
+//! and a wake-up of a worker for every connection: 18-32 µs of server CPU
+//! per connection in the storm, against 18-23 µs with the acceptor on
+//! worker 0's thread, which still fell behind in 3 runs of 6; never
+//! anything per call (docs/hardening.md, round three).
 //!
 //! # Why one acceptor, not `SO_REUSEPORT`
 //!
@@ -90,7 +110,7 @@ struct Worker<J> {
     live: Arc<AtomicUsize>,
     /// Connections handed to it since start, for the log.
     handed: u64,
-    /// `None` for worker 0, which runs on the caller's runtime.
+    /// `None` for a worker alone, which runs on the caller's runtime.
     thread: Option<JoinHandle<()>>,
 }
 
@@ -116,8 +136,8 @@ impl<J: Send + 'static> Workers<J> {
     /// Starts one worker per function in `serve` (at least one is needed);
     /// each calls its own on every connection handed to it, in a task per
     /// connection. One each, not one cloned: whatever a function holds stays
-    /// with its worker. Must be called inside a tokio runtime, which becomes
-    /// worker 0.
+    /// with its worker. Must be called inside a tokio runtime, which is the
+    /// worker when there is only one, and serves no connection otherwise.
     pub fn start<F, Fut>(serve: Vec<F>) -> io::Result<Self>
     where
         F: Fn(J) -> Fut + Send + Sync + 'static,
@@ -129,11 +149,12 @@ impl<J: Send + 'static> Workers<J> {
                 "at least one worker is needed",
             ));
         }
+        let alone = serve.len() == 1;
         let mut workers = Vec::with_capacity(serve.len());
         for (index, serve) in serve.into_iter().enumerate() {
             let (handoff, handed) = mpsc::unbounded_channel();
             let serving = run_worker(handed, serve);
-            let thread = if index == 0 {
+            let thread = if alone {
                 tokio::spawn(serving);
                 None
             } else {
@@ -156,10 +177,7 @@ impl<J: Send + 'static> Workers<J> {
                 thread,
             });
         }
-        // Ties go to worker 1 first: worker 0 also runs the acceptor, and
-        // whatever else the caller runs on its runtime.
-        let next = 1 % workers.len();
-        Ok(Self { workers, next })
+        Ok(Self { workers, next: 0 })
     }
 
     pub fn len(&self) -> usize {
@@ -172,7 +190,7 @@ impl<J: Send + 'static> Workers<J> {
 
     /// Hands `job` to the worker serving the fewest connections (the first
     /// such after the previous choice, so equal workers take turns, starting
-    /// with worker 1), and returns that worker's index.
+    /// with worker 0), and returns that worker's index.
     pub fn hand_off(&mut self, job: J) -> usize {
         let index = least_loaded(&self.live(), self.next);
         self.next = (index + 1) % self.workers.len();
@@ -200,9 +218,10 @@ impl<J: Send + 'static> Workers<J> {
         self.workers.iter().map(|w| w.handed).collect()
     }
 
-    /// Stops every worker. Workers 1 to N-1 drop the connections they still
+    /// Stops every worker. Worker threads drop the connections they still
     /// serve, and are joined (each within [`WORKER_STOP_BOUND`] and a little);
-    /// worker 0's connections, if any are left, stay with the caller's runtime.
+    /// a worker alone on the caller's runtime leaves its connections, if any
+    /// are left, with that runtime.
     pub async fn stop(self) {
         tracing::info!(connections_per_worker = ?self.handed(), "stopping workers");
         let mut joins = Vec::new();
@@ -248,6 +267,14 @@ where
             let _live = live;
             serve(job).await;
         });
+        // One new connection per turn of this worker's runtime, after its
+        // other tasks and a look at the sockets: without it, a reconnect
+        // storm handed over faster than the worker served, `recv` returned
+        // up to 128 waiting connections at once, and the calls of the
+        // worker's established connections waited behind them (another
+        // client's GetQuote p99 224-773 ms during the storm, 12-241 ms with
+        // this, issue 23).
+        tokio::task::yield_now().await;
     }
 }
 
@@ -279,9 +306,10 @@ mod tests {
     }
 
     /// Given two workers and ten connections that stay open, when each is
-    /// handed off, then they alternate between the workers, worker 1 first,
-    /// each runs on its worker's thread (worker 0: the caller's), and once
-    /// they end, none is counted live, and stopping joins the thread.
+    /// handed off, then they alternate between the workers, worker 0 first,
+    /// each runs on its worker's own thread (never the caller's, which
+    /// accepts), and once they end, none is counted live, and stopping
+    /// joins the threads.
     #[tokio::test]
     async fn connections_alternate_and_stay_on_their_worker_thread() {
         // Given: jobs that report their thread, then stay open until released.
@@ -296,21 +324,16 @@ mod tests {
             }
         };
         let mut workers = Workers::start(vec![serve.clone(), serve]).expect("workers start");
-        let caller = std::thread::current().name().unwrap_or("").to_owned();
 
         // When: ten are handed off.
         let chosen: Vec<usize> = (0..10).map(|job| workers.hand_off(job)).collect();
 
         // Then: they alternate, and each ran on its worker's thread.
-        assert_eq!(chosen, [1, 0, 1, 0, 1, 0, 1, 0, 1, 0]);
+        assert_eq!(chosen, [0, 1, 0, 1, 0, 1, 0, 1, 0, 1]);
         assert_eq!(workers.handed(), [5, 5]);
         for _ in 0..10 {
             let (job, thread) = ran_on.recv().await.expect("every job runs");
-            let expected = if job % 2 == 0 {
-                "worker-1"
-            } else {
-                caller.as_str()
-            };
+            let expected = format!("worker-{}", job % 2);
             assert_eq!(thread, expected, "job {job}");
         }
         assert_eq!(workers.live(), [5, 5]);
@@ -326,5 +349,28 @@ mod tests {
         tokio::time::timeout(WORKER_STOP_BOUND * 3, workers.stop())
             .await
             .expect("the worker thread is joined");
+    }
+
+    /// Given one worker, when a connection is handed off, then it runs on
+    /// the caller's own thread, as in a single-threaded server, and no
+    /// thread is started.
+    #[tokio::test]
+    async fn a_worker_alone_serves_on_the_callers_runtime() {
+        let (ran, mut ran_on) = mpsc::unbounded_channel::<String>();
+        let serve = move |_job: usize| {
+            let ran = ran.clone();
+            async move {
+                let _ = ran.send(std::thread::current().name().unwrap_or("").to_owned());
+            }
+        };
+        let mut workers = Workers::start(vec![serve]).expect("a worker starts");
+        let caller = std::thread::current().name().unwrap_or("").to_owned();
+
+        assert_eq!(workers.hand_off(7), 0);
+
+        let thread = ran_on.recv().await.expect("the job runs");
+        assert_eq!(thread, caller);
+        assert!(workers.workers.iter().all(|w| w.thread.is_none()));
+        workers.stop().await;
     }
 }

@@ -72,3 +72,37 @@ async fn drain_is_bounded_by_the_drain_timeout() {
         "the stuck call got its drain time"
     );
 }
+
+/// Given a connection that has sent nothing, with a handshake timeout far
+/// longer than the drain's, when shutdown starts, then the silent
+/// connection is closed at once, with no byte from the server (it had built
+/// nothing for HTTP/2 yet), and the drain does not wait for it.
+#[tokio::test]
+async fn a_silent_connection_does_not_hold_up_the_drain() {
+    use tokio::io::AsyncReadExt;
+    // Given: a silent connection, accepted and handed to its worker.
+    let config = routing_server::Config {
+        handshake_timeout_secs: 600,
+        drain_secs: 600,
+        ..Default::default()
+    };
+    let server = support::start_with(config).await;
+    let mut silent = tokio::net::TcpStream::connect(server.addr())
+        .await
+        .expect("connects");
+    support::others_are_served(&server).await;
+
+    // When: the server shuts down.
+    let stopped = tokio::time::timeout(Duration::from_secs(5), server.shutdown()).await;
+
+    // Then: run returned well before either 600 s bound, and the silent
+    // connection reads its end without a byte.
+    stopped
+        .expect("the drain does not wait for a silent connection")
+        .expect("run returns Ok");
+    let mut sink = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), silent.read_to_end(&mut sink))
+        .await
+        .expect("the silent connection is closed");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}: {sink:?}");
+}
