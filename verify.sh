@@ -6,10 +6,10 @@
 # shellcheck disable=SC2016
 set -euo pipefail
 # The whole script is one { ... } group: bash parses all of it before it
-# runs a line. Read command by command instead, a Ctrl+C
-# that lands while bash parses the next command runs the INT trap inside the
-# parser, and bash 5.2 then fails that command ("unexpected EOF while looking
-# for matching `)'", exit 2) instead of exiting 130.
+# runs a line. Read command by command instead, a Ctrl+C that lands while
+# bash parses the next command runs the INT trap inside the parser, and
+# bash 5.2 then fails that command ("unexpected EOF while looking for
+# matching `)'", exit 2) instead of exiting 130.
 {
 
 # ─── Bounds: every threshold in one table. Each is overridable by env. ───────
