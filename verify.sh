@@ -859,7 +859,7 @@ else
     >"$scratch/tls_up.log" 2>&1 ||
     { cat "$scratch/tls_up.log" >&2; die "'$COMPOSE --profile tls up server-tls' failed (is port ${ROUTING_TLS_PORT:-9443} free? set ROUTING_TLS_PORT)"; }
   # podman-compose starts server-tls once certs has stopped, whatever its exit code.
-  certs_exit=$(container_of certs -a | xargs -r "$engine" inspect --format '{{.State.ExitCode}}' 2>/dev/null || true)
+  certs_exit=$(container_of certs -a | xargs -r timeout 30 "$engine" inspect --format '{{.State.ExitCode}}' 2>/dev/null || true)
   [[ $certs_exit == 0 ]] || {
     timeout 60 "${compose[@]}" --profile tls logs --no-color certs >&2 || true
     die "the certs service (routing-server dev-cert) exited ${certs_exit:-?}, so server-tls has no certificate (log above)"

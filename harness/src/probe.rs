@@ -160,38 +160,10 @@ pub struct Probe {
 
 impl Probe {
     /// Connects (before the attack starts, so the probe measures service,
-    /// not whether new connections are accepted) and starts calling.
+    /// not whether new connections are accepted), speaking `tls` if given,
+    /// and starts calling, spread over `connections` channels in turn (at
+    /// least 1; `bench folklore` spreads 400 calls/s over 10).
     pub async fn start(
-        target: &LoopbackTarget,
-        rate: u32,
-        deadline: Duration,
-    ) -> Result<Self, Error> {
-        Self::start_spread_over(target, None, rate, deadline, 1).await
-    }
-
-    /// [`Self::start`], speaking `tls` if given.
-    pub async fn start_over(
-        target: &LoopbackTarget,
-        tls: Option<&HarnessTls>,
-        rate: u32,
-        deadline: Duration,
-    ) -> Result<Self, Error> {
-        Self::start_spread_over(target, tls, rate, deadline, 1).await
-    }
-
-    /// [`Probe::start`], with the calls spread over `connections` channels
-    /// in turn (at least 1): `bench folklore`'s 400 calls/s on 10 connections.
-    pub async fn start_spread(
-        target: &LoopbackTarget,
-        rate: u32,
-        deadline: Duration,
-        connections: usize,
-    ) -> Result<Self, Error> {
-        Self::start_spread_over(target, None, rate, deadline, connections).await
-    }
-
-    /// [`Self::start_spread`], speaking `tls` if given.
-    pub async fn start_spread_over(
         target: &LoopbackTarget,
         tls: Option<&HarnessTls>,
         rate: u32,

@@ -436,11 +436,12 @@ async fn start_probe(ctx: &Context) -> Result<Probe, Error> {
     let limit = Duration::from_secs(ctx.knobs.recovery_secs);
     let started = Instant::now();
     loop {
-        match Probe::start_over(
+        match Probe::start(
             &ctx.target,
             ctx.tls.as_ref(),
             ctx.knobs.probe_rate,
             ctx.knobs.probe_deadline(),
+            1,
         )
         .await
         {

@@ -344,7 +344,7 @@ const QUOTES_BESIDE_PAGES: Duration = Duration::from_secs(5);
 pub async fn head_of_line(c: &Contender) -> Result<Vec<Measurement>, Error> {
     let target = c.server.target;
     tracing::info!(server = c.stack.name(), "head-of-line: GetQuote alone");
-    let probe = Probe::start_spread(&target, QUOTE_RATE, PROBE_DEADLINE, QUOTE_CONNECTIONS).await?;
+    let probe = Probe::start(&target, None, QUOTE_RATE, PROBE_DEADLINE, QUOTE_CONNECTIONS).await?;
     tokio::time::sleep(QUOTES_ALONE).await;
     let alone = probe.stop().await;
 
@@ -355,7 +355,7 @@ pub async fn head_of_line(c: &Contender) -> Result<Vec<Measurement>, Error> {
     let pages = PageLoad::start(&c.server, PAGE_RATE, PAGE_CONNECTIONS).await?;
     // Let the page load reach its pace before the GetQuotes are counted.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let probe = Probe::start_spread(&target, QUOTE_RATE, PROBE_DEADLINE, QUOTE_CONNECTIONS).await?;
+    let probe = Probe::start(&target, None, QUOTE_RATE, PROBE_DEADLINE, QUOTE_CONNECTIONS).await?;
     tokio::time::sleep(QUOTES_BESIDE_PAGES).await;
     let beside = probe.stop().await;
     let (served, page_errors, secs) = pages.stop().await;
