@@ -811,8 +811,11 @@ note "L4 / L7 one channel: connections" "$(field lb_spread '"\(.phases.l4_pooled
 capture lb_aged balance_ --phases l4_aged --l4-aged "$LB_L4_AGED" --aged-secs "$AGED_SECS"
 check "11d L4 to replicas aged ${LB_AGE_SECS}s" "$(share lb_aged l4_aged)" "each >= $AGED_SHARE, 0 failed" \
   "$(fieldk lb_aged "$AGED_SHARE" '.phases.l4_aged | .min_share >= $k and .failed == 0 and .goaways > 0')" lb_aged
-note "aged: GOAWAYs / reconnects / calls" \
-  "$(field lb_aged '.phases.l4_aged | "\(.goaways) / \(.reconnects) / \(.calls)"')"
+# retried: calls hyper dropped unsent on a connection that had just read
+# its GOAWAY, sent again on the next one (clients/src/retry.rs): tonic has
+# no transparent retry of its own. A call the server saw is never retried.
+note "aged: GOAWAYs / reconnects / calls / retried" \
+  "$(field lb_aged '.phases.l4_aged | "\(.goaways) / \(.reconnects) / \(.calls) / \(.retried)"')"
 
 capture lb_idle balance_ --phases l4_idle,l7_idle --l4-short "$LB_L4_SHORT" --l7-short "$LB_L7_SHORT" \
   --idle-gap-secs "$IDLE_SECS"

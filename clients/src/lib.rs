@@ -25,6 +25,8 @@
 //! - [`relay`]: a loopback TCP relay that can go silent, to play a dead peer.
 //! - [`tls`]: `--tls-ca` and `--tls-server-name`: TLS inside the counting
 //!   connector, with the version and resumed handshakes for the JSON line.
+//! - [`retry`]: the transparent retry of a call that never left the client
+//!   (hyper dropped it on a connection that had just received a GOAWAY).
 //! - [`output`]: one JSON line on stdout, diagnostics on stderr.
 //! - [`timing`]: the total of a run of calls and the median call.
 //! - [`windows`]: the receive windows a client grants, read from its own
@@ -36,6 +38,7 @@ pub mod link;
 pub mod link_proxy;
 pub mod output;
 pub mod relay;
+pub mod retry;
 pub mod target;
 pub mod timing;
 pub mod tls;

@@ -14,6 +14,9 @@
 //!   age (`routing-server --max-connection-age-secs 3`), calling for
 //!   `--aged-secs`. The channel reconnects at each GOAWAY and the balancer
 //!   picks the next replica: every replica serves calls, none fails.
+//!   A call that meets a GOAWAY before it leaves the client is sent again
+//!   on the next connection (`retried`, see `routing_clients::retry`):
+//!   tonic has no transparent retry of its own.
 //! - `l4_idle`, `l7_idle`: the keepalive experiment through balancers with
 //!   short idle timeouts (6 s in `lb/haproxy.cfg`): a call, an idle gap
 //!   (`--idle-gap-secs`, 8), a call, on a channel with the chapter's 5 s
@@ -23,7 +26,8 @@
 //! `routing-replica` response header, `routing-server --replica NAME`), the
 //! calls that failed and the connections opened (counted on the wire;
 //! `client_side` dials with tonic's own connector, which cannot be counted,
-//! so it reports none). The client starts no server and no balancer: it
+//! so it reports none), and the calls sent again because they never left
+//! the client (`retried`). The client starts no server and no balancer: it
 //! takes their addresses as flags.
 //!
 //! Run with (verify.sh starts the replicas and HAProxy; by hand, see
@@ -52,8 +56,8 @@ use std::{
 
 use clap::{CommandFactory, Parser, error::ErrorKind};
 use routing_clients::{
-    Baseline, CallTimer, CountingConnector, Error, finish, init_tracing, sample_quote_request,
-    seconds, target::Target,
+    Baseline, CallTimer, CountingConnector, Error, finish, init_tracing, retry,
+    sample_quote_request, seconds, target::Target,
 };
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use serde::Serialize;
@@ -146,6 +150,10 @@ struct Args {
 struct Spread {
     calls: u32,
     failed: u32,
+    /// Calls sent a second time because hyper dropped the first before
+    /// sending it, on a connection that had just received a GOAWAY
+    /// (`routing_clients::retry`). Counted in `calls` once.
+    retried: u32,
     /// TCP connections opened, counted on the wire; absent when not countable.
     #[serde(skip_serializing_if = "Option::is_none")]
     connections: Option<u64>,
@@ -310,10 +318,11 @@ impl Tally {
         }
     }
 
-    fn record<T>(&mut self, answer: Result<tonic::Response<T>, tonic::Status>) {
+    fn record<T>(&mut self, answer: retry::Retried<tonic::Response<T>>) {
         let spread = &mut self.spread;
         spread.calls += 1;
-        let replica = match answer {
+        spread.retried += answer.retried;
+        let replica = match answer.result {
             Ok(response) => response
                 .metadata()
                 .get(REPLICA_HEADER)
@@ -383,7 +392,7 @@ async fn pooled(
         if done {
             break;
         }
-        tally.record(client.clone().get_quote(sample_quote_request()).await);
+        tally.record(retry::sample_quote(&client).await);
         if calling.is_some() {
             tokio::time::sleep(AGED_PAUSE).await;
         }
@@ -407,11 +416,7 @@ async fn footgun(args: &Args) -> Result<Spread, Error> {
     for _ in 0..args.calls {
         let call = Instant::now();
         let channel = args.baseline.connect(&endpoint, wire.clone()).await?;
-        tally.record(
-            RoutingServiceClient::new(channel)
-                .get_quote(sample_quote_request())
-                .await,
-        );
+        tally.record(retry::sample_quote(&RoutingServiceClient::new(channel)).await);
         timer.record(call);
     }
     let mut spread = tally.finish(false);
@@ -439,7 +444,7 @@ async fn client_side(args: &Args) -> Result<Spread, Error> {
     let client = RoutingServiceClient::new(channel);
     let mut tally = Tally::new(args.expect_replicas);
     for _ in 0..args.calls {
-        tally.record(client.clone().get_quote(sample_quote_request()).await);
+        tally.record(retry::sample_quote(&client).await);
     }
     Ok(tally.finish(false))
 }
