@@ -2,13 +2,14 @@
 //! the channel's next connection.
 //!
 //! Why a client needs it: when a server ends a connection gracefully (a
-//! connection age, `--max-connection-age-secs`; a drain), the client reads
-//! its GOAWAY some time before the connection closes: a round trip for the
-//! server's PING, more while a call is still finishing on it. hyper's
-//! HTTP/2 client, which tonic's channel drives, is not woken by the GOAWAY.
-//! Until the connection has closed, the channel still takes it for ready,
-//! and hands it the next call; hyper then finds the GOAWAY and drops that
-//! call before writing a byte of it. tonic reports it as
+//! connection age, `--max-connection-age-secs`; an idle rule, such as
+//! routing-server's GOAWAY to a connection idle after a burst; a drain),
+//! the client reads its GOAWAY some time before the connection closes: a
+//! round trip for the server's PING, more while a call is still open on
+//! it. hyper's HTTP/2 client, which tonic's channel drives, is not woken by
+//! the GOAWAY. Until the connection has closed, the channel still takes it
+//! for ready and hands it the next call; hyper then finds the GOAWAY and
+//! drops that call before writing a byte of it. tonic reports it as
 //! `CANCELLED: operation was canceled`, and the channel's next call
 //! reconnects. (anthropics/connect-rust#285 describes the same race on the
 //! same hyper client; hyper-util's pooled client retries such requests
