@@ -84,7 +84,10 @@ async fn calls_cross_the_connection_age_and_none_fails() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 
-    assert_eq!(failed, 0, "of {calls} calls ({retried} retried after hyper dropped them unsent)");
+    assert_eq!(
+        failed, 0,
+        "of {calls} calls ({retried} retried after hyper dropped them unsent)"
+    );
     let goaway = wire.goaway().expect("the aged connection got a GOAWAY");
     assert_eq!(goaway.frame.error_code, NO_ERROR);
     assert!(
