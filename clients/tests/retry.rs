@@ -166,7 +166,7 @@ async fn a_call_after_the_goaway_never_leaves_the_client() {
 }
 
 /// Given the same connection, when the next call goes through
-/// [`retry::call`], then it succeeds, sent once more, on a new connection,
+/// [`retry::sample_quote`] ([`retry::call`] with the sample request), then it succeeds, sent once more, on a new connection,
 /// and the server saw it once.
 #[tokio::test]
 async fn the_retry_sends_it_once_more_on_a_new_connection() {
@@ -174,11 +174,7 @@ async fn the_retry_sends_it_once_more_on_a_new_connection() {
     let (client, wire) = channel(&url);
     let open = open_call_then_goaway(&client, &wire).await;
 
-    let answer = retry::call(|| {
-        let mut client = client.clone();
-        async move { client.get_quote(sample_quote_request()).await }
-    })
-    .await;
+    let answer = retry::sample_quote(&client).await;
     answer.result.expect("the retried call succeeds");
     assert_eq!(answer.retried, 1);
     assert_eq!(
