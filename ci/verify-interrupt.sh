@@ -5,7 +5,7 @@
 # A terminal's Ctrl+C is SIGINT to the foreground process group, so that is
 # what this sends: `./verify.sh --local --no-build` runs as the leader of a
 # session and process group of its own (setsid), and `kill -INT -- -PGID`
-# interrupts it at three points:
+# interrupts it at four points:
 #
 #   start      as soon as it has started the server (readiness and the first
 #              grpcurl calls, which take under a second here)
