@@ -47,6 +47,7 @@ pub fn request(id: &SocketId, seq: u32) -> [u8; REQUEST_LEN] {
         },
         protocol: IPPROTO_TCP,
         extensions: ExtensionFlags::empty(),
+        // Widened to every bit once written: see `EVERY_STATE`.
         states: StateFlags::all(),
         socket_id: inet::SocketId {
             source_port: id.local.port(),
