@@ -32,7 +32,7 @@ use routing_contracts::routing::routing_service_server::{RoutingService, Routing
 use routing_contracts::routing::{
     GetQuoteRequest, GetQuoteResponse, ListRoutesRequest, ListRoutesResponse,
 };
-use routing_server::{catalog::Catalog, knobs, quote, server::Error};
+use routing_server::{knobs, routing::catalog::Catalog, routing::quote, server::Error};
 use tokio::net::TcpListener;
 use tonic::{
     Request, Response, Status,
@@ -196,7 +196,7 @@ async fn main() -> ExitCode {
         }
     };
     let served = match routing_server::server::bind(args.listen).await {
-        Ok(listener) => serve_with(listener, tls, routing_server::shutdown::signal()).await,
+        Ok(listener) => serve_with(listener, tls, routing_server::server::shutdown::signal()).await,
         Err(e) => Err(e),
     };
     match served {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::catalog::Filler;
+use crate::routing::catalog::Filler;
 
 /// Where the server listens unless `--listen` / `ROUTING_LISTEN` says otherwise.
 /// Loopback only: the chapter's commands all use `localhost:9180`.
@@ -48,7 +48,7 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// chapter (grpc-java `permitKeepAliveTime`, grpc-core
 /// `grpc.http2.min_ping_interval_without_data_ms`).
 ///
-/// tonic, hyper and h2 enforce no floor at all, so [`crate::connection`]
+/// tonic, hyper and h2 enforce no floor at all, so [`crate::connection::watched`]
 /// does: a PING sooner than this after the previous one is a strike, and the
 /// third strike gets GOAWAY `ENHANCE_YOUR_CALM` with debug data
 /// `too_many_pings`, after which the connection is closed. gRPC clients
@@ -149,7 +149,7 @@ pub const RESPONSE_SHARE_PERCENT: u8 = 25;
 /// A connection whose budgeted responses have sent nothing for 2 s is
 /// "stalled": when the response budget is full and a ListRoutes call
 /// arrives, the stalled connection holding the most is closed, and the call
-/// gets its room (see [`crate::budget`]). Only if none is stalled is the
+/// gets its room (see [`crate::call::budget`]). Only if none is stalled is the
 /// newcomer refused.
 ///
 /// "Sent" is counted in slices of a response ([`PROGRESS_SLICE`]): each
@@ -216,7 +216,7 @@ pub const SEND_DEADLINE: Duration = Duration::from_secs(30);
 /// waits. The price of asking no more often: a response's budget is given
 /// back up to 20 ms after its last byte was acknowledged (a call that would
 /// fit once draining responses are given back waits for them, see
-/// [`crate::budget`]).
+/// [`crate::call::budget`]).
 pub const KERNEL_QUEUE_POLL: Duration = Duration::from_millis(20);
 
 /// The longest wait between two questions about a socket whose peer
@@ -260,7 +260,7 @@ pub const FD_HEADROOM: u64 = 64;
 /// 10 s is generous for any real client, TLS-terminating proxies included.
 /// The same deadline covers the wait for the client's first byte, before
 /// which the server builds nothing and sends nothing (not even its
-/// SETTINGS; see [`crate::connection::Accepted::serve`]), and, with TLS,
+/// SETTINGS; see [`crate::connection::watched::Accepted::serve`]), and, with TLS,
 /// the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -277,7 +277,7 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// and its reason are logged at start-up.
 ///
 /// Each worker is a tokio current-thread runtime, and each connection is
-/// served by one worker for its whole life (see [`crate::workers`]), so a
+/// served by one worker for its whole life (see [`crate::server::workers`]), so a
 /// response never crosses threads and a worker costs about what one thread
 /// does per call. tokio's multi-thread runtime, which this replaced, moved work
 /// between threads and woke a connection after each response, writing each
@@ -292,7 +292,7 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// [`crate::run`], exactly as a single-threaded server; with more, that
 /// thread only accepts (and serves health and the drain), so N workers are
 /// N + 1 threads: an acceptor that shared worker 0's thread fell behind a
-/// reconnect storm (issue 23, see [`crate::workers`]).
+/// reconnect storm (issue 23, see [`crate::server::workers`]).
 pub const WORKER_THREADS: Option<usize> = None;
 
 /// The thread count when `available_parallelism()` cannot tell (it fails on
@@ -300,7 +300,7 @@ pub const WORKER_THREADS: Option<usize> = None;
 pub const WORKER_THREADS_FALLBACK: usize = 1;
 
 /// Bytes of large DATA frames gathered into one write on a connection:
-/// 256 KiB (see [`crate::coalesce`]).
+/// 256 KiB (see [`crate::connection::coalesce`]).
 ///
 /// h2 writes every DATA frame in its own system call, at the 16 KiB frame
 /// size clients usually allow: about 310 writes, and as many TCP segments,
@@ -326,7 +326,7 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// WINDOW_UPDATEs on open streams and on the connection itself that a
 /// connection may send beyond what the server's DATA calls for: 1,000 (see
-/// [`crate::window_budget`]).
+/// [`crate::connection::window_updates`]).
 ///
 /// A WINDOW_UPDATE answers DATA the client has read: a receiver sends one
 /// for a stream, and one for the connection, after each few KiB it
@@ -380,7 +380,7 @@ pub const GOAWAY_WRITE_GRACE: Duration = Duration::from_secs(1);
 
 /// Connections the kernel may complete and queue before the server accepts
 /// them (the listen backlog): by default the kernel's own bound,
-/// `net.core.somaxconn` (see [`crate::listen`]).
+/// `net.core.somaxconn` (see [`crate::server::listen`]).
 ///
 /// When the queue is full the kernel drops the next SYN, and that client's
 /// connect takes a retransmission: a second or more. With std's 128, a
@@ -391,8 +391,8 @@ pub const GOAWAY_WRITE_GRACE: Duration = Duration::from_secs(1);
 /// The memory is the kernel's, per queued connection, only while it waits.
 /// A longer queue only buys time (4,096 is 0.2-0.3 s of that storm here):
 /// the acceptor must also keep up, which is why it has a thread of its own
-/// and takes each connection with one `accept4` ([`crate::workers`],
-/// [`crate::connection`]).
+/// and takes each connection with one `accept4` ([`crate::server::workers`],
+/// [`crate::connection::watched`]).
 pub const LISTEN_BACKLOG: Option<u32> = None;
 
 /// The backlog when `somaxconn` cannot be read (not Linux, or no `/proc`):

@@ -40,25 +40,14 @@
 //! - [`probe`]: the health probe behind `routing-server probe`.
 //! - [`shutdown`]: Ctrl+C and SIGTERM.
 
-pub mod budget;
-pub mod catalog;
-pub mod coalesce;
-pub mod connection;
-pub mod dev_cert;
-pub mod edge;
 pub mod kernel_queue;
+
+pub mod call;
+pub mod cmd;
+pub mod connection;
 pub mod knobs;
-pub mod lifetime;
-pub mod listen;
-pub mod page_codec;
-pub mod probe;
-pub mod quote;
+pub mod routing;
 pub mod server;
-pub mod service;
-pub mod shutdown;
-pub mod tls;
-pub mod window_budget;
-pub mod workers;
 
 pub use knobs::Config;
 pub use server::{LocalServer, run};

@@ -11,7 +11,7 @@ use prost::Message;
 use prost_types::FieldMask;
 use routing_contracts::routing::{Leg, ListRoutesRequest, ListRoutesResponse, Route};
 use routing_contracts::types::Money;
-use routing_server::catalog::Catalog;
+use routing_server::routing::catalog::Catalog;
 
 fn request(page_size: i32, page_token: &str, mask: &[&str]) -> ListRoutesRequest {
     ListRoutesRequest {

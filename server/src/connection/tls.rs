@@ -12,7 +12,7 @@
 //!   inside the connection's handshake timeout: one deadline covers the TLS
 //!   handshake and then HTTP/2's preface, SETTINGS and acknowledgement. TLS
 //!   1.3 and 1.2, ALPN `h2` only.
-//! - [`Transport`] is what [`crate::connection::Connection`] reads and
+//! - [`Transport`] is what [`crate::connection::watched::Connection`] reads and
 //!   writes: the socket, or TLS over it. The connection's policies (ping
 //!   floor, control-frame budget, GOAWAYs) sit above TLS and see plaintext
 //!   HTTP/2 frames; the byte count that tells when a response is
@@ -309,7 +309,7 @@ pub enum Transport {
 /// and that quiet moment is recorded: the plaintext so far, and the TLS
 /// overhead so far (socket bytes minus plaintext). It costs no throughput
 /// that matters: the socket was full anyway, and the coalescing buffer
-/// above ([`crate::coalesce`]) keeps writes large.
+/// above ([`crate::connection::coalesce`]) keeps writes large.
 #[derive(Debug)]
 pub struct TlsWire {
     stream: TlsStream<CountWrites<TcpStream>>,

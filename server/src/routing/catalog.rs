@@ -13,7 +13,7 @@
 //!
 //! A page is never copied out of the catalog. [`Catalog::page`] answers a
 //! request with a [`Page`]: which routes, which of their fields, and the next
-//! token. The page shares the catalog, and [`crate::page_codec`] encodes the
+//! token. The page shares the catalog, and [`crate::routing::page_codec`] encodes the
 //! selected fields straight from it. Copying them into a `ListRoutesResponse`
 //! first, the obvious way, would deep-copy up to 5 MB of strings per call.
 
@@ -24,8 +24,8 @@ use prost::Message;
 use routing_contracts::routing::{Leg, ListRoutesRequest, ListRoutesResponse, Route};
 use tonic::Status;
 
-use crate::page_codec::Field;
-use crate::quote::usd;
+use crate::routing::page_codec::Field;
+use crate::routing::quote::usd;
 
 /// Routes in the catalog, `rte_001` to `rte_025`.
 pub const ROUTE_COUNT: usize = 25;

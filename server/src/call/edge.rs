@@ -10,12 +10,12 @@
 //! - A client's own deadline (`grpc-timeout`) ends the call when it passes:
 //!   the client gets `DEADLINE_EXCEEDED` and the handler is dropped.
 //! - A response whose handler reserved memory from the response budget
-//!   (ListRoutes, see [`crate::service`]) keeps that reservation until its
+//!   (ListRoutes, see [`crate::routing::service`]) keeps that reservation until its
 //!   last byte has been acknowledged by the client's kernel, as the
 //!   kernel's send queue shows it (Linux, [`crate::kernel_queue`];
 //!   elsewhere, until h2 has handed it to the kernel, which queues no more
 //!   than `TCP_NOTSENT_LOWAT` unsent bytes per connection, see
-//!   [`crate::connection`]); if that takes longer than the send deadline,
+//!   [`crate::connection::watched`]); if that takes longer than the send deadline,
 //!   the client is not reading, and its connection is closed. Each slice of
 //!   the response that h2 takes, and each advance of the client's
 //!   acknowledgements, is send progress for the connection's budget
@@ -38,8 +38,8 @@ use tonic::{Status, body::Body};
 use tower::{Layer, Service};
 
 use crate::{
-    budget::{ByteBudget, Refusal, Reservation, mib},
-    connection::{CloseRule, ConnectionInfo},
+    call::budget::{ByteBudget, Refusal, Reservation, mib},
+    connection::watched::{CloseRule, ConnectionInfo},
     kernel_queue::{self, SentBytes},
     knobs::PROGRESS_SLICE,
 };
@@ -367,7 +367,7 @@ impl Drop for InFlight {
 /// yields a whole page as one chunk). hyper asks for the next slice only
 /// when h2 has room to send it, and h2 drops a slice once it has written
 /// it, so each slice taken and each slice dropped is send progress, which
-/// keeps the connection from counting as stalled (see [`crate::budget`]).
+/// keeps the connection from counting as stalled (see [`crate::call::budget`]).
 /// The drop counts too: once the last slice is taken, h2 may still hold
 /// up to its 400 KiB send buffer of the page, with nothing left to take.
 struct HeldBody {
@@ -525,7 +525,7 @@ mod tests {
     use tokio::sync::Notify;
 
     use super::*;
-    use crate::{budget::Holder, connection::Closer};
+    use crate::{call::budget::Holder, connection::watched::Closer};
 
     /// A budget of 100 bytes that one reader holds whole, for a budgeted
     /// body of 1.5 slices as [`hold_until_sent`] makes it (no connection,

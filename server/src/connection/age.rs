@@ -133,7 +133,7 @@ impl Lifetime {
     /// rule needs them, and names the replica on every response. Without
     /// either, calls pass through untouched. `peak_streams` is the
     /// connection's own count of streams open at once, on the wire
-    /// ([`crate::connection::ConnectionInfo::peak_streams`]).
+    /// ([`crate::connection::watched::ConnectionInfo::peak_streams`]).
     pub fn track<S>(
         &self,
         service: S,

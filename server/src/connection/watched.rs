@@ -24,7 +24,7 @@
 //!     PRIORITY) past the budget get GOAWAY `ENHANCE_YOUR_CALM`
 //!     `too_many_control_frames`, written and followed in the same way;
 //!   - **window-update budget**
-//!     ([`crate::window_budget::WindowUpdateBudget`]): WINDOW_UPDATEs on
+//!     ([`crate::connection::window_updates::WindowUpdateBudget`]): WINDOW_UPDATEs on
 //!     open streams and on the connection may number at most one per 2 KiB
 //!     of DATA the server sent, 4 per stream opened, plus the budget; past
 //!     it, GOAWAY `ENHANCE_YOUR_CALM` `too_many_window_updates`, written and
@@ -33,15 +33,15 @@
 //!     an open stream, where the control-frame budget does not look; four
 //!     connections flooding them had both cores busy (issue 23);
 //!   - **close on request**: [`Closer::close`] ends a connection whose
-//!     response missed its send deadline ([`crate::edge`]), or that the
-//!     response budget evicts ([`crate::budget`]): GOAWAY
+//!     response missed its send deadline ([`crate::call::edge`]), or that the
+//!     response budget evicts ([`crate::call::budget`]): GOAWAY
 //!     `ENHANCE_YOUR_CALM` naming the rule (`send_deadline`,
 //!     `stalled_holder`) first, at a frame boundary as above, so the
 //!     client learns why and which streams were not served; a connection
 //!     whose socket takes no GOAWAY within
 //!     [`crate::knobs::GOAWAY_WRITE_GRACE`] (a reader stalled at the TCP
 //!     level) fails its next read or write without one, as before;
-//!   - **fewer, larger writes** for bulk responses ([`crate::coalesce`]);
+//!   - **fewer, larger writes** for bulk responses ([`crate::connection::coalesce`]);
 //!   - **bytes counted**, as h2 hands them over and as they reach the
 //!     socket, to tell when a response has been acknowledged
 //!     ([`crate::kernel_queue`]).
@@ -65,16 +65,16 @@ use tokio::{
     time::Sleep,
 };
 
-use crate::budget::Holder;
-use crate::coalesce::Coalesce;
+use crate::call::budget::Holder;
+use crate::connection::age::DrainWatcher;
+use crate::connection::coalesce::Coalesce;
+use crate::connection::tls::{ServerTls, Transport};
+use crate::connection::window_updates::WindowUpdateBudget;
 use crate::kernel_queue::{CountWrites, SentBytes};
 use crate::knobs::{
     ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, CONTROL_FRAMES_PER_STREAM, FD_HEADROOM,
     GOAWAY_WRITE_GRACE, MAX_PING_STRIKES,
 };
-use crate::lifetime::DrainWatcher;
-use crate::tls::{ServerTls, Transport};
-use crate::window_budget::WindowUpdateBudget;
 use h2_frames::{Frame, FrameHeader, FrameTracker, GoAway, encode_frame, flag, kind};
 
 /// A ping this much sooner than the floor is still on time: timers and
@@ -582,7 +582,7 @@ pub struct ConnectionInfo {
     pub remote_addr: SocketAddr,
     pub closer: Closer,
     /// What this connection's responses hold of the response budget, held
-    /// to its share (see [`crate::budget`]).
+    /// to its share (see [`crate::call::budget`]).
     pub responses: Arc<Holder>,
     /// Bytes written, and where the kernel lists the socket: when a
     /// response has been acknowledged (see [`crate::kernel_queue`]).
@@ -590,7 +590,7 @@ pub struct ConnectionInfo {
     /// The most streams this connection has had open at once, counted on
     /// the wire: from the client's HEADERS to the server's END_STREAM (or a
     /// RST_STREAM either way). What h2 keeps for the connection's life
-    /// grows with it ([`crate::lifetime`]'s idle after a burst). A handler
+    /// grows with it ([`crate::connection::age`]'s idle after a burst). A handler
     /// that finished its body early does not end the stream here: h2 may
     /// still hold its frames.
     pub peak_streams: Arc<AtomicUsize>,

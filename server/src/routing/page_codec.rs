@@ -20,7 +20,7 @@ use tonic::Status;
 use tonic::codec::{Codec, EncodeBuf, Encoder};
 use tonic_prost::ProstDecoder;
 
-use crate::catalog::Page;
+use crate::routing::catalog::Page;
 
 /// One protobuf field of a response, borrowed from the catalog.
 #[derive(Debug, Clone, PartialEq, Eq)]

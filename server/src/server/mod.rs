@@ -25,17 +25,21 @@ use tonic_health::ServingStatus;
 use tower::{Layer, Service, util::BoxCloneSyncService};
 
 use crate::{
-    budget::ByteBudget,
-    catalog::Catalog,
-    connection::{self, Accepted, ConnectionInfo, ConnectionPolicy},
-    edge::{EdgeConfig, EdgeLayer},
+    call::budget::ByteBudget,
+    call::edge::{EdgeConfig, EdgeLayer},
+    connection::age::{self as lifetime, Drain, DrainWatcher, Lifetime},
+    connection::tls::ServerTls,
+    connection::watched::{self as connection, Accepted, ConnectionInfo, ConnectionPolicy},
     knobs::Config,
-    lifetime::{self, Drain, DrainWatcher, Lifetime},
-    listen,
-    service::{RoutingApi, RoutingServer},
-    tls::ServerTls,
-    workers::{self, Workers},
+    routing::catalog::Catalog,
+    routing::service::{RoutingApi, RoutingServer},
 };
+
+pub mod listen;
+pub mod shutdown;
+pub mod workers;
+
+use workers::Workers;
 
 /// Anything that stops the server from starting or serving.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -84,7 +88,7 @@ fn routing_server(api: RoutingApi, config: &Config) -> RoutingServer {
 /// stops waiting for them.
 ///
 /// Connections are served by `config.worker_threads` workers
-/// ([`crate::workers`]): the runtime this is awaited on accepts every
+/// ([`crate::server::workers`]): the runtime this is awaited on accepts every
 /// connection; the workers are threads this starts, each with a
 /// current-thread runtime, and stops before it returns (one worker alone is
 /// the caller's runtime itself). What is global stays here, on the caller's
@@ -96,7 +100,7 @@ fn routing_server(api: RoutingApi, config: &Config) -> RoutingServer {
 /// `Server`: tonic adds a router, boxed futures and bodies, and a `date`
 /// header to every call, about 10 % of GetQuote's CPU on the test machine
 /// (see README, "What each lever costs"). Its other per-call job, honouring
-/// the client's `grpc-timeout`, is done in [`crate::edge`].
+/// the client's `grpc-timeout`, is done in [`crate::call::edge`].
 pub async fn run(
     listener: TcpListener,
     mut config: Config,
@@ -387,7 +391,7 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
 }
 
 /// Binds the listening socket with `config`'s listen backlog
-/// ([`crate::listen`]), as `routing-server` does.
+/// ([`crate::server::listen`]), as `routing-server` does.
 pub fn bind_with_backlog(addr: SocketAddr, config: &Config) -> Result<TcpListener, Error> {
     let backlog = listen::backlog(config.listen_backlog);
     listen::bind_std(addr, backlog)

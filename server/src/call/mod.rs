@@ -1,0 +1,4 @@
+//! Per-call guards.
+
+pub mod budget;
+pub mod edge;

@@ -1,0 +1,4 @@
+//! The subcommands.
+
+pub mod dev_cert;
+pub mod probe;

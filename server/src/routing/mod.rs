@@ -1,0 +1,6 @@
+//! The chapter's service.
+
+pub mod catalog;
+pub mod page_codec;
+pub mod quote;
+pub mod service;
