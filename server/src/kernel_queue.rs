@@ -5,7 +5,7 @@
 //! the connection's writer, and the socket takes them into its send queue.
 //! From there a client that stopped reading at the TCP level never takes
 //! them: the bytes are still in this machine, in kernel memory. So a
-//! budgeted response ([`crate::call::edge`]) counts as sent only when the peer
+//! budgeted response ([`crate::edge`]) counts as sent only when the peer
 //! has *acknowledged* it: the kernel's unsent and unacknowledged bytes for
 //! the connection cover none of it. That is what `ioctl(SIOCOUTQ)` (also
 //! called `TIOCOUTQ`) reports, `write_seq - snd_una`.
@@ -48,7 +48,7 @@
 //! units, ciphertext at the socket and plaintext above TLS, and comparing
 //! them directly would call a response drained up to that overhead too
 //! early. [`SentBytes::plaintext_acked`] converts, never too early: at each
-//! moment rustls holds no ciphertext back ([`crate::connection::tls`] records it), the
+//! moment rustls holds no ciphertext back ([`crate::tls`] records it), the
 //! socket has been given exactly the plaintext so far plus the overhead so
 //! far. A plaintext byte up to that point sits at most that overhead past
 //! its own offset on the socket, so once the peer has acknowledged `acked`
@@ -57,7 +57,7 @@
 //! Elsewhere than Linux, or when the kernel refuses `sock_diag` (logged
 //! once, at warn), a response counts as sent when h2 releases it, as before:
 //! the send queue is then bounded only by `TCP_NOTSENT_LOWAT` and
-//! `TCP_USER_TIMEOUT` ([`crate::connection::watched`]).
+//! `TCP_USER_TIMEOUT` ([`crate::connection`]).
 
 use std::{
     collections::HashMap,
@@ -336,7 +336,7 @@ impl SentBytes {
 
     /// Records that rustls holds nothing back: `plaintext` bytes have gone
     /// through TLS, and every byte it made of them is on the socket. Call it
-    /// only at such a moment (see [`crate::connection::tls`]).
+    /// only at such a moment (see [`crate::tls`]).
     pub fn tls_quiet(&self, plaintext: u64) {
         if let Some(point) = &self.tls {
             let overhead = self.written().saturating_sub(plaintext);
@@ -395,7 +395,7 @@ fn socket_of(_: &TcpStream) -> Option<SocketId> {
 
 /// The socket under the coalescing buffer, counting the bytes written to
 /// it into `SentBytes::written`. (The bytes accepted from h2 are counted
-/// by [`crate::connection::watched::Connection`], which sees each one it writes.)
+/// by [`crate::connection::Connection`], which sees each one it writes.)
 #[derive(Debug)]
 pub struct CountWrites<T> {
     inner: T,

@@ -48,7 +48,7 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// chapter (grpc-java `permitKeepAliveTime`, grpc-core
 /// `grpc.http2.min_ping_interval_without_data_ms`).
 ///
-/// tonic, hyper and h2 enforce no floor at all, so [`crate::connection::watched`]
+/// tonic, hyper and h2 enforce no floor at all, so [`crate::connection::ping_floor`]
 /// does: a PING sooner than this after the previous one is a strike, and the
 /// third strike gets GOAWAY `ENHANCE_YOUR_CALM` with debug data
 /// `too_many_pings`, after which the connection is closed. gRPC clients
@@ -260,7 +260,7 @@ pub const FD_HEADROOM: u64 = 64;
 /// 10 s is generous for any real client, TLS-terminating proxies included.
 /// The same deadline covers the wait for the client's first byte, before
 /// which the server builds nothing and sends nothing (not even its
-/// SETTINGS; see [`crate::connection::watched::Accepted::serve`]), and, with TLS,
+/// SETTINGS; see [`crate::connection::accepted::Accepted::serve`]), and, with TLS,
 /// the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -392,7 +392,7 @@ pub const GOAWAY_WRITE_GRACE: Duration = Duration::from_secs(1);
 /// A longer queue only buys time (4,096 is 0.2-0.3 s of that storm here):
 /// the acceptor must also keep up, which is why it has a thread of its own
 /// and takes each connection with one `accept4` ([`crate::server::workers`],
-/// [`crate::connection::watched`]).
+/// [`crate::server::accept`]).
 pub const LISTEN_BACKLOG: Option<u32> = None;
 
 /// The backlog when `somaxconn` cannot be read (not Linux, or no `/proc`):

@@ -155,7 +155,7 @@ async fn serve(config: Config) -> Result<(), routing_server::server::Error> {
     // The TLS files are checked before the port is taken (and again by run).
     routing_server::connection::tls::ServerTls::from_config(&config)?;
     let mut config = config;
-    config.replica = routing_server::connection::age::replica_name(&config)?;
+    config.replica = routing_server::routing::replica::replica_name(&config)?;
     let listener = routing_server::server::bind_with_backlog(config.listen, &config)?;
     routing_server::run(listener, config, shutdown::signal()).await
 }

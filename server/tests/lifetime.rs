@@ -15,7 +15,7 @@ use routing_clients::{CountingConnector, retry, sample_quote_request};
 use routing_contracts::routing::{
     ListRoutesRequest, ListRoutesResponse, routing_service_client::RoutingServiceClient,
 };
-use routing_server::{Config, connection::age::REPLICA_HEADER};
+use routing_server::{Config, routing::replica::REPLICA_HEADER};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,

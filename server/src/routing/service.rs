@@ -30,10 +30,10 @@ use tonic::{Request, Response, Status, body::Body};
 use tower::Service;
 
 use crate::call::budget::ByteBudget;
-use crate::call::edge::{
+use crate::call::info::ConnectionInfo;
+use crate::call::response_hold::{
     HeldResponse, hold_until_sent, response_budget_full, response_budget_refused,
 };
-use crate::connection::watched::ConnectionInfo;
 use crate::routing::catalog::{Catalog, Page};
 use crate::routing::page_codec::PageCodec;
 use crate::routing::quote;
