@@ -402,7 +402,7 @@ pub const LISTEN_BACKLOG_FALLBACK: u32 = 4096;
 /// Where Linux says its `somaxconn`.
 pub const SOMAXCONN_PATH: &str = "/proc/sys/net/core/somaxconn";
 
-// ─── TLS (server/src/tls.rs) ────────────────────────────────────────────
+// ─── TLS (server/src/connection/tls.rs) ─────────────────────────────────
 
 /// TLS handshakes the server computes at once, over every worker: 16.
 /// A connection whose ClientHello is in waits for a slot (inside its
@@ -442,7 +442,7 @@ pub const TLS_HANDSHAKES_IN_FLIGHT: usize = 16;
 /// saves, the certificate check (docs/tls.md). Off, every handshake is full.
 pub const TLS_SESSION_TICKETS: bool = true;
 
-// ─── Connection lifetime and the replica's name (issue 21, see lifetime.rs) ───
+// ─── Connection lifetime (connection/age.rs), the replica (routing/replica.rs) ───
 
 /// Maximum connection age: off by default, as in grpc-go
 /// (`MaxConnectionAge` is infinity unless set).
@@ -506,137 +506,151 @@ pub const BURST_STREAMS: u32 = 16;
 /// is what gRFC A9 specifies, not a tuning knob.
 pub const MAX_CONNECTION_AGE_JITTER: f64 = 0.1;
 
+/// `routing-server --help` in groups, the same as the folders of
+/// `server/src`: the chapter's levers (`routing/`, and hyper's settings in
+/// `server/run.rs`), the connection's rules (`connection/`), the per-call
+/// budgets and deadlines (`call/`), connection lifetime (gRFC A9,
+/// `connection/age.rs`), TLS (`connection/tls.rs`) and the runtime
+/// (`server/`). clap lists the groups in the order of their first flag.
+const LEVERS: &str = "The chapter's levers";
+const CONNECTION_RULES: &str = "Connection rules";
+const BUDGETS: &str = "Budgets and deadlines";
+const LIFETIME: &str = "Connection lifetime (gRFC A9)";
+const TLS: &str = "TLS";
+const RUNTIME: &str = "Runtime";
+
 /// The server's settings: the knobs above, each overridable by a flag or an
 /// environment variable so readers can experiment without recompiling.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Config {
     /// Address to listen on, as host:port (127.0.0.1:9180, 0.0.0.0:9000, localhost:9180).
-    #[arg(long, env = "ROUTING_LISTEN", default_value = DEFAULT_LISTEN, value_parser = listen_address)]
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_LISTEN", default_value = DEFAULT_LISTEN, value_parser = listen_address)]
     pub listen: std::net::SocketAddr,
 
     /// Largest response message the server encodes, in bytes (send cap).
-    #[arg(long, env = "ROUTING_MAX_SEND_BYTES", default_value_t = MAX_SEND_MESSAGE_BYTES)]
+    #[arg(help_heading = LEVERS, long, env = "ROUTING_MAX_SEND_BYTES", default_value_t = MAX_SEND_MESSAGE_BYTES)]
     pub max_send_bytes: usize,
 
     /// Largest request message the server decodes, in bytes (receive cap).
-    #[arg(long, env = "ROUTING_MAX_RECV_BYTES", default_value_t = MAX_RECV_MESSAGE_BYTES)]
+    #[arg(help_heading = LEVERS, long, env = "ROUTING_MAX_RECV_BYTES", default_value_t = MAX_RECV_MESSAGE_BYTES)]
     pub max_recv_bytes: usize,
 
     /// Seconds a connection may sit idle before the server sends a keepalive PING.
-    #[arg(long, env = "ROUTING_KEEPALIVE_SECS", default_value_t = KEEPALIVE_INTERVAL.as_secs(),
+    #[arg(help_heading = LEVERS, long, env = "ROUTING_KEEPALIVE_SECS", default_value_t = KEEPALIVE_INTERVAL.as_secs(),
           value_parser = at_least_one_second)]
     pub keepalive_secs: u64,
 
     /// Seconds to wait for a PING ack before closing the connection as dead.
-    #[arg(long, env = "ROUTING_KEEPALIVE_TIMEOUT_SECS", default_value_t = KEEPALIVE_TIMEOUT.as_secs(),
+    #[arg(help_heading = LEVERS, long, env = "ROUTING_KEEPALIVE_TIMEOUT_SECS", default_value_t = KEEPALIVE_TIMEOUT.as_secs(),
           value_parser = at_least_one_second)]
     pub keepalive_timeout_secs: u64,
 
     /// Least seconds between two client PINGs; quicker ones are strikes, and the
     /// third strike gets GOAWAY too_many_pings (0 turns the floor off).
-    #[arg(long, env = "ROUTING_MIN_PING_INTERVAL_SECS", default_value_t = MIN_PING_INTERVAL.as_secs())]
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_MIN_PING_INTERVAL_SECS", default_value_t = MIN_PING_INTERVAL.as_secs())]
     pub min_ping_interval_secs: u64,
 
     /// Whether clients may PING with no call in flight (true or false).
-    #[arg(long, env = "ROUTING_PERMIT_PINGS_WITHOUT_CALLS", default_value_t = PERMIT_PINGS_WITHOUT_CALLS,
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_PERMIT_PINGS_WITHOUT_CALLS", default_value_t = PERMIT_PINGS_WITHOUT_CALLS,
           action = clap::ArgAction::Set)]
     pub permit_pings_without_calls: bool,
 
     /// Control frames that make no progress (WINDOW_UPDATE on a stream that is not
     /// open, SETTINGS, PRIORITY) a connection may send, plus 8 per stream it opens;
     /// past it, GOAWAY too_many_control_frames (0 turns the guard off).
-    #[arg(long, env = "ROUTING_CONTROL_FRAME_BUDGET", default_value_t = CONTROL_FRAME_BUDGET)]
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_CONTROL_FRAME_BUDGET", default_value_t = CONTROL_FRAME_BUDGET)]
     pub control_frame_budget: u32,
 
     /// Streams a client may open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS).
-    #[arg(long, env = "ROUTING_MAX_CONCURRENT_STREAMS", default_value_t = MAX_CONCURRENT_STREAMS,
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_MAX_CONCURRENT_STREAMS", default_value_t = MAX_CONCURRENT_STREAMS,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_streams: u32,
 
     /// Streams reset for a client's protocol errors before GOAWAY ENHANCE_YOUR_CALM.
-    #[arg(long, env = "ROUTING_MAX_LOCAL_ERROR_RESETS", default_value_t = MAX_LOCAL_ERROR_RESETS)]
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_MAX_LOCAL_ERROR_RESETS", default_value_t = MAX_LOCAL_ERROR_RESETS)]
     pub max_local_error_resets: usize,
 
     /// Bytes of all responses in flight at once; ListRoutes over it gets RESOURCE_EXHAUSTED.
-    #[arg(long, env = "ROUTING_RESPONSE_BUDGET_BYTES", default_value_t = RESPONSE_BUDGET_BYTES)]
+    #[arg(help_heading = BUDGETS, long, env = "ROUTING_RESPONSE_BUDGET_BYTES", default_value_t = RESPONSE_BUDGET_BYTES)]
     pub response_budget_bytes: usize,
 
     /// Seconds a budgeted response may take to be sent before its connection is closed.
-    #[arg(long, env = "ROUTING_SEND_DEADLINE_SECS", default_value_t = SEND_DEADLINE.as_secs(),
+    #[arg(help_heading = BUDGETS, long, env = "ROUTING_SEND_DEADLINE_SECS", default_value_t = SEND_DEADLINE.as_secs(),
           value_parser = at_least_one_second)]
     pub send_deadline_secs: u64,
 
     /// Percent of the response budget one connection may hold; past it, its
     /// ListRoutes calls get RESOURCE_EXHAUSTED.
-    #[arg(long, env = "ROUTING_RESPONSE_SHARE_PERCENT", default_value_t = RESPONSE_SHARE_PERCENT,
+    #[arg(help_heading = BUDGETS, long, env = "ROUTING_RESPONSE_SHARE_PERCENT", default_value_t = RESPONSE_SHARE_PERCENT,
           value_parser = clap::value_parser!(u8).range(1..=100))]
     pub response_share_percent: u8,
 
     /// Seconds without send progress after which a connection's responses may
     /// be closed to make room when the response budget is full.
-    #[arg(long, env = "ROUTING_STALLED_HOLDER_SECS", default_value_t = STALLED_HOLDER_AFTER.as_secs(),
+    #[arg(help_heading = BUDGETS, long, env = "ROUTING_STALLED_HOLDER_SECS", default_value_t = STALLED_HOLDER_AFTER.as_secs(),
           value_parser = at_least_one_second)]
     pub stalled_holder_secs: u64,
 
     /// Unsent bytes the kernel may queue per connection (TCP_NOTSENT_LOWAT, Linux; 0: no limit).
-    #[arg(long, env = "ROUTING_TCP_NOTSENT_LOWAT", default_value_t = TCP_NOTSENT_LOWAT)]
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_TCP_NOTSENT_LOWAT", default_value_t = TCP_NOTSENT_LOWAT)]
     pub tcp_notsent_lowat: u32,
 
     /// Seconds a request body may take to arrive; slower ones get DEADLINE_EXCEEDED.
-    #[arg(long, env = "ROUTING_REQUEST_DEADLINE_SECS", default_value_t = REQUEST_DEADLINE.as_secs(),
+    #[arg(help_heading = BUDGETS, long, env = "ROUTING_REQUEST_DEADLINE_SECS", default_value_t = REQUEST_DEADLINE.as_secs(),
           value_parser = at_least_one_second)]
     pub request_deadline_secs: u64,
 
     /// Bytes of all partly received requests at once; over it gets RESOURCE_EXHAUSTED.
-    #[arg(long, env = "ROUTING_REQUEST_BUDGET_BYTES", default_value_t = REQUEST_BUDGET_BYTES)]
+    #[arg(help_heading = BUDGETS, long, env = "ROUTING_REQUEST_BUDGET_BYTES", default_value_t = REQUEST_BUDGET_BYTES)]
     pub request_budget_bytes: usize,
 
     /// Connections served at once; more are closed at once [default: the open-file
     /// limit, raised to its hard limit at start-up, minus 64].
-    #[arg(long, env = "ROUTING_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: Option<u64>,
 
     /// Seconds a new connection has to send the HTTP/2 preface and SETTINGS and
     /// acknowledge the server's SETTINGS.
-    #[arg(long, env = "ROUTING_HANDSHAKE_TIMEOUT_SECS", default_value_t = HANDSHAKE_TIMEOUT.as_secs(),
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_HANDSHAKE_TIMEOUT_SECS", default_value_t = HANDSHAKE_TIMEOUT.as_secs(),
           value_parser = at_least_one_second)]
     pub handshake_timeout_secs: u64,
 
     /// Threads that serve connections, each connection on one thread for its whole
     /// life [default: the CPUs this process may use, cgroup quotas included].
-    #[arg(long, env = "ROUTING_WORKER_THREADS", value_parser = at_least_one_thread)]
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_WORKER_THREADS", value_parser = at_least_one_thread)]
     pub worker_threads: Option<usize>,
 
     /// Seconds to let calls in flight finish after SIGTERM or Ctrl+C.
-    #[arg(long, env = "ROUTING_DRAIN_SECS", default_value_t = DRAIN_TIMEOUT.as_secs())]
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_DRAIN_SECS", default_value_t = DRAIN_TIMEOUT.as_secs())]
     pub drain_secs: u64,
 
     /// Never compress responses (gzip requests are still accepted): compare with and without.
-    #[arg(long, env = "ROUTING_NO_GZIP")]
+    #[arg(help_heading = LEVERS, long, env = "ROUTING_NO_GZIP")]
     pub no_gzip: bool,
 
     /// What the catalog's padding is made of: `repeated` (`X`s, which gzip
     /// shrinks to 0.14 %) or `random` (seeded printable characters that
     /// barely shrink). Same sizes, ids and prices either way.
-    #[arg(long, env = "ROUTING_FILLER", value_enum, default_value_t = Filler::Repeated)]
+    #[arg(help_heading = LEVERS, long, env = "ROUTING_FILLER", value_enum, default_value_t = Filler::Repeated)]
     pub filler: Filler,
 
     // Hardening round three (issue 23)
     /// WINDOW_UPDATEs on open streams and the connection a connection may send
     /// beyond one per 2 KiB of DATA sent to it and 4 per stream it opens; past
     /// it, GOAWAY too_many_window_updates (0 turns the guard off).
-    #[arg(long, env = "ROUTING_WINDOW_UPDATE_BUDGET", default_value_t = WINDOW_UPDATE_BUDGET)]
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_WINDOW_UPDATE_BUDGET", default_value_t = WINDOW_UPDATE_BUDGET)]
     pub window_update_budget: u32,
 
     /// Connections the kernel may queue before they are accepted (listen backlog)
     /// [default: the kernel's net.core.somaxconn, or 4096 if it cannot be read].
-    #[arg(long, env = "ROUTING_LISTEN_BACKLOG", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_LISTEN_BACKLOG", value_parser = clap::value_parser!(u32).range(1..))]
     pub listen_backlog: Option<u32>,
 
-    // ─── TLS (server/src/tls.rs) ─────────────────────────────────────────
+    // ─── TLS (server/src/connection/tls.rs) ─────────────────────────────
     /// Serve TLS with this certificate chain (PEM, the server's certificate
     /// first); needs --tls-key. Without both, the server speaks plaintext.
     #[arg(
+        help_heading = TLS,
         long,
         env = "ROUTING_TLS_CERT",
         requires = "tls_key",
@@ -646,6 +660,7 @@ pub struct Config {
 
     /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1); needs --tls-cert.
     #[arg(
+        help_heading = TLS,
         long,
         env = "ROUTING_TLS_KEY",
         requires = "tls_cert",
@@ -654,51 +669,51 @@ pub struct Config {
     pub tls_key: Option<std::path::PathBuf>,
 
     /// TLS handshakes computed at once; more wait for a slot within their handshake timeout.
-    #[arg(long, env = "ROUTING_TLS_HANDSHAKES_IN_FLIGHT", default_value_t = TLS_HANDSHAKES_IN_FLIGHT,
+    #[arg(help_heading = TLS, long, env = "ROUTING_TLS_HANDSHAKES_IN_FLIGHT", default_value_t = TLS_HANDSHAKES_IN_FLIGHT,
           value_parser = at_least_one_handshake)]
     pub tls_handshakes_in_flight: usize,
 
     /// Whether to issue TLS session tickets, so clients can resume (true or false).
-    #[arg(long, env = "ROUTING_TLS_SESSION_TICKETS", default_value_t = TLS_SESSION_TICKETS,
+    #[arg(help_heading = TLS, long, env = "ROUTING_TLS_SESSION_TICKETS", default_value_t = TLS_SESSION_TICKETS,
           action = clap::ArgAction::Set)]
     pub tls_session_tickets: bool,
 
-    // ─── Connection lifetime and the replica's name (issue 21, lifetime.rs) ───
+    // ─── Connection lifetime (connection/age.rs), the replica (routing/replica.rs) ───
     /// Seconds after which a connection gets a graceful GOAWAY (±10 % jitter), so
     /// its client reconnects and a load balancer picks again [default: never].
-    #[arg(long, env = "ROUTING_MAX_CONNECTION_AGE_SECS", value_parser = at_least_one_second)]
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_CONNECTION_AGE_SECS", value_parser = at_least_one_second)]
     pub max_connection_age_secs: Option<u64>,
 
     /// Seconds calls in flight may take to finish after the age's GOAWAY before the
     /// connection is closed [default: as long as they take].
-    #[arg(long, env = "ROUTING_MAX_CONNECTION_AGE_GRACE_SECS")]
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_CONNECTION_AGE_GRACE_SECS")]
     pub max_connection_age_grace_secs: Option<u64>,
 
     /// Seconds a connection may have no call open before it gets a graceful GOAWAY
     /// [default: never].
-    #[arg(long, env = "ROUTING_MAX_CONNECTION_IDLE_SECS", value_parser = at_least_one_second)]
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_CONNECTION_IDLE_SECS", value_parser = at_least_one_second)]
     pub max_connection_idle_secs: Option<u64>,
 
     /// Seconds a connection that once had --burst-streams streams open at once may
     /// idle before a graceful GOAWAY gives back what h2 kept of the burst (0: never).
-    #[arg(long, env = "ROUTING_MAX_IDLE_AFTER_BURST_SECS",
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_IDLE_AFTER_BURST_SECS",
           default_value_t = MAX_IDLE_AFTER_BURST.map_or(0, |d| d.as_secs()))]
     pub max_idle_after_burst_secs: u64,
 
     /// Streams open at once that make a connection a burst's (see --max-idle-after-burst-secs).
-    #[arg(long, env = "ROUTING_BURST_STREAMS", default_value_t = BURST_STREAMS,
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_BURST_STREAMS", default_value_t = BURST_STREAMS,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub burst_streams: u32,
 
     /// Name of this replica, sent as the `routing-replica` header on every response
     /// (visible ASCII, at most 64 characters) [default: no header].
-    #[arg(long, env = "ROUTING_REPLICA", value_parser = replica_name)]
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_REPLICA", value_parser = replica_name)]
     pub replica: Option<String>,
 
     /// Name this replica by its host name instead (a container's or a pod's own,
     /// from /proc/sys/kernel/hostname): for the replicas of one scaled service,
     /// which share every setting.
-    #[arg(long, env = "ROUTING_REPLICA_HOSTNAME", conflicts_with = "replica",
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_REPLICA_HOSTNAME", conflicts_with = "replica",
           default_value_t = false, action = clap::ArgAction::Set)]
     pub replica_hostname: bool,
 }
@@ -877,12 +892,12 @@ impl Default for Config {
             // Hardening round three (issue 23)
             window_update_budget: WINDOW_UPDATE_BUDGET,
             listen_backlog: LISTEN_BACKLOG,
-            // TLS (tls.rs)
+            // TLS (connection/tls.rs)
             tls_cert: None,
             tls_key: None,
             tls_handshakes_in_flight: TLS_HANDSHAKES_IN_FLIGHT,
             tls_session_tickets: TLS_SESSION_TICKETS,
-            // Connection lifetime and the replica's name (lifetime.rs)
+            // Connection lifetime (connection/age.rs) and the replica's name (routing/replica.rs)
             max_connection_age_secs: MAX_CONNECTION_AGE.map(|d| d.as_secs()),
             max_connection_age_grace_secs: MAX_CONNECTION_AGE_GRACE.map(|d| d.as_secs()),
             max_connection_idle_secs: MAX_CONNECTION_IDLE.map(|d| d.as_secs()),

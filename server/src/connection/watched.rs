@@ -52,6 +52,7 @@ use crate::connection::tls::Transport;
 use crate::kernel_queue::{CountWrites, SentBytes};
 use crate::knobs::GOAWAY_WRITE_GRACE;
 use h2_frames::{Frame, FrameTracker, GoAway, flag, kind};
+use tokio_util::either::Either;
 /// Where the GOAWAY this server sends on its own stands (h2 sends the
 /// others, and [`h2_frames::GoAway`] is the frame itself).
 #[derive(Debug)]
@@ -111,7 +112,7 @@ impl Connection {
         handshake_deadline: tokio::time::Instant,
     ) -> Self {
         let sent = SentBytes::of(&stream);
-        let plain = Transport::Plain(CountWrites::new(stream, Arc::clone(&sent)));
+        let plain = Either::Left(CountWrites::new(stream, Arc::clone(&sent)));
         Self::over(plain, sent, remote_addr, slot, policy, handshake_deadline)
     }
 

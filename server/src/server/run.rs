@@ -249,7 +249,7 @@ async fn serve_connection<S>(
     // captured by an async block and then awaited is stored twice, which
     // cost 1.4 KiB per connection (measured with massif).
     let io = TokioIo::new(connection);
-    // Connection age and idleness, and the replica header (lifetime.rs).
+    // Connection age and idleness, and the replica header (connection/age.rs).
     let peak_streams = Arc::clone(&per_call.info.peak_streams);
     let (per_call, activity) = lifetime.track(per_call, peak_streams);
     let serving = http2.serve_connection(io, TowerToHyperService::new(per_call));
