@@ -148,7 +148,7 @@ pub async fn serve_with(
     let serving = builder
         // Lever 4, keepalive: PING a connection idle for 5 s, close it if the
         // ack takes more than 20 s. (tonic enforces no floor on the client's
-        // PINGs; routing-server does, in server/src/connection.rs.)
+        // PINGs; routing-server does, in server/src/connection/ping_floor.rs.)
         .http2_keepalive_interval(Some(knobs::KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(knobs::KEEPALIVE_TIMEOUT))
         // h2 guard 1: advertise 100 streams per connection; tonic advertises

@@ -1,4 +1,4 @@
-//! Connection age and idleness (`server/src/lifetime.rs`), with small knobs:
+//! Connection age and idleness (`server/src/connection/age.rs`), with small knobs:
 //! what the client sees on the wire, and that no call is lost.
 //!
 //! Run with `cargo test -p routing-server --test lifetime`. The only times
