@@ -289,7 +289,7 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// one HTTP/2 connection uses at most one core, however busy it is, so a
 /// client needs at least as many connections as the server has workers.
 /// `--worker-threads 1` serves everything on the thread that calls
-/// [`crate::run`], exactly as a single-threaded server; with more, that
+/// [`crate::run()`], exactly as a single-threaded server; with more, that
 /// thread only accepts (and serves health and the drain), so N workers are
 /// N + 1 threads: an acceptor that shared worker 0's thread fell behind a
 /// reconnect storm (issue 23, see [`crate::server::workers`]).
@@ -508,7 +508,7 @@ pub const MAX_CONNECTION_AGE_JITTER: f64 = 0.1;
 
 /// `routing-server --help` in groups, the same as the folders of
 /// `server/src`: the chapter's levers (`routing/`, and hyper's settings in
-/// `server/run.rs`), the connection's rules (`connection/`), the per-call
+/// `server/serving.rs`), the connection's rules (`connection/`), the per-call
 /// budgets and deadlines (`call/`), connection lifetime (gRFC A9,
 /// `connection/age.rs`), TLS (`connection/tls.rs`) and the runtime
 /// (`server/`). clap lists the groups in the order of their first flag.

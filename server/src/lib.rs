@@ -9,7 +9,7 @@
 //! One folder per layer. Imports run one way, from the runtime down: a
 //! type two layers need lives below both.
 //!
-//! - [`server`], the runtime: [`server::run`] assembles routing, health and
+//! - [`server`], the runtime: [`server::serving`]: [`run()`] assembles routing, health and
 //!   reflection, applies h2's own guards, serves each connection on a
 //!   worker and drains on shutdown; [`server::local`] runs
 //!   it on a free port for tests. [`server::accept`] is the accept loop

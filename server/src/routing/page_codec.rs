@@ -11,7 +11,7 @@
 //! the wire the same way (wire type 2, "length-delimited"): a key (field
 //! number and wire type), the length as a varint, then the bytes. [`Field`]
 //! is that shape, borrowing its text. Every field number of the response
-//! lives here ([`tag`]), so [`crate::routing::catalog`] stays pure data:
+//! lives here (`tag`), so [`crate::routing::catalog`] stays pure data:
 //! routes, pages and masks. The catalog's tests check the result
 //! against prost's encoding of the same response for every field mask.
 
@@ -94,7 +94,7 @@ mod tag {
 }
 
 /// A page's encoding, field by field: the fields come from the catalog's
-/// [`Page`], the field numbers from [`tag`].
+/// [`Page`], the field numbers from `tag`.
 impl Page {
     /// The `ListRoutesResponse` as protobuf fields, in field-number order,
     /// each string borrowed from the catalog.

@@ -8,7 +8,7 @@ use tokio::{sync::oneshot, task::JoinHandle};
 use crate::knobs::Config;
 use crate::server::error::Error;
 use crate::server::listen::bind_with_backlog;
-use crate::server::run::run;
+use crate::server::serving::run;
 
 /// A server running in the background on a free loopback port. Integration
 /// tests and examples use it; `routing-server` itself calls [`run`].

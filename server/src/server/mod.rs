@@ -1,7 +1,7 @@
 //! The runtime: everything that runs the connections rather than speaks on
 //! them.
 //!
-//! - [`run`]: assembles the services and serves until shutdown, draining
+//! - [`serving`]: [`run()`] assembles the services and serves until shutdown, draining
 //!   calls in flight; [`local`]: the same on a free port for tests.
 //! - [`accept`]: the accept loop (the connection cap, back-off, `accept4`);
 //!   [`fd_limit`]: the open-file limit and the cap it allows.
@@ -18,11 +18,11 @@ pub mod error;
 pub mod fd_limit;
 pub mod listen;
 pub mod local;
-pub mod run;
+pub mod serving;
 pub mod shutdown;
 pub mod workers;
 
 pub use error::Error;
 pub use listen::{bind, bind_with_backlog};
 pub use local::LocalServer;
-pub use run::{routing_service, run};
+pub use serving::{routing_service, run};
