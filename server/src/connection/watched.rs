@@ -53,6 +53,7 @@ use crate::kernel_queue::{CountWrites, SentBytes};
 use crate::knobs::GOAWAY_WRITE_GRACE;
 use h2_frames::{Frame, FrameTracker, GoAway, flag, kind};
 use tokio_util::either::Either;
+
 /// Where the GOAWAY this server sends on its own stands (h2 sends the
 /// others, and [`h2_frames::GoAway`] is the frame itself).
 #[derive(Debug)]
@@ -96,8 +97,8 @@ pub struct Connection {
     rules: FrameRules,
     goaway: GoawayWrite,
     close_requested: Pin<Box<OwnedNotified>>,
-    /// Running once [`crate::call::close::Closer::close`] was called: the GOAWAY must be out
-    /// before it ends.
+    /// Running once [`crate::call::close::Closer::close`] was called: the
+    /// GOAWAY must be out before it ends.
     closing: Option<Pin<Box<Sleep>>>,
 }
 
