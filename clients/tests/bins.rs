@@ -288,8 +288,9 @@ async fn bad_input_is_a_usage_error_and_help_works() {
 /// the CA file a client trusts.
 async fn start_tls_server(tag: &str, tickets: bool) -> (LocalServer, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("clients-tls-{tag}-{}", std::process::id()));
-    let certs = routing_server::dev_cert::generate(&routing_server::dev_cert::SERVER_NAMES)
-        .expect("certificates made");
+    let certs =
+        routing_server::cmd::dev_cert::generate(&routing_server::cmd::dev_cert::SERVER_NAMES)
+            .expect("certificates made");
     certs.write_to(&dir).expect("certificates written");
     let server = start_server_with(Config {
         tls_cert: Some(dir.join("server.pem")),

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use routing_server::catalog::CARRIER_PADDING;
+use routing_server::routing::catalog::CARRIER_PADDING;
 use serde_json::Value;
 use support::{json_line, run_bin, start_server};
 

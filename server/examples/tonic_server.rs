@@ -32,7 +32,7 @@ use routing_contracts::routing::routing_service_server::{RoutingService, Routing
 use routing_contracts::routing::{
     GetQuoteRequest, GetQuoteResponse, ListRoutesRequest, ListRoutesResponse,
 };
-use routing_server::{catalog::Catalog, knobs, quote, server::Error};
+use routing_server::{knobs, routing::catalog::Catalog, routing::quote, server::Error};
 use tokio::net::TcpListener;
 use tonic::{
     Request, Response, Status,
@@ -148,7 +148,7 @@ pub async fn serve_with(
     let serving = builder
         // Lever 4, keepalive: PING a connection idle for 5 s, close it if the
         // ack takes more than 20 s. (tonic enforces no floor on the client's
-        // PINGs; routing-server does, in server/src/connection.rs.)
+        // PINGs; routing-server does, in server/src/connection/ping_floor.rs.)
         .http2_keepalive_interval(Some(knobs::KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(knobs::KEEPALIVE_TIMEOUT))
         // h2 guard 1: advertise 100 streams per connection; tonic advertises
@@ -196,7 +196,7 @@ async fn main() -> ExitCode {
         }
     };
     let served = match routing_server::server::bind(args.listen).await {
-        Ok(listener) => serve_with(listener, tls, routing_server::shutdown::signal()).await,
+        Ok(listener) => serve_with(listener, tls, routing_server::server::shutdown::signal()).await,
         Err(e) => Err(e),
     };
     match served {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::catalog::Filler;
+use crate::routing::catalog::Filler;
 
 /// Where the server listens unless `--listen` / `ROUTING_LISTEN` says otherwise.
 /// Loopback only: the chapter's commands all use `localhost:9180`.
@@ -48,7 +48,7 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// chapter (grpc-java `permitKeepAliveTime`, grpc-core
 /// `grpc.http2.min_ping_interval_without_data_ms`).
 ///
-/// tonic, hyper and h2 enforce no floor at all, so [`crate::connection`]
+/// tonic, hyper and h2 enforce no floor at all, so [`crate::connection::ping_floor`]
 /// does: a PING sooner than this after the previous one is a strike, and the
 /// third strike gets GOAWAY `ENHANCE_YOUR_CALM` with debug data
 /// `too_many_pings`, after which the connection is closed. gRPC clients
@@ -149,7 +149,7 @@ pub const RESPONSE_SHARE_PERCENT: u8 = 25;
 /// A connection whose budgeted responses have sent nothing for 2 s is
 /// "stalled": when the response budget is full and a ListRoutes call
 /// arrives, the stalled connection holding the most is closed, and the call
-/// gets its room (see [`crate::budget`]). Only if none is stalled is the
+/// gets its room (see [`crate::call::budget`]). Only if none is stalled is the
 /// newcomer refused.
 ///
 /// "Sent" is counted in slices of a response ([`PROGRESS_SLICE`]): each
@@ -216,7 +216,7 @@ pub const SEND_DEADLINE: Duration = Duration::from_secs(30);
 /// waits. The price of asking no more often: a response's budget is given
 /// back up to 20 ms after its last byte was acknowledged (a call that would
 /// fit once draining responses are given back waits for them, see
-/// [`crate::budget`]).
+/// [`crate::call::budget`]).
 pub const KERNEL_QUEUE_POLL: Duration = Duration::from_millis(20);
 
 /// The longest wait between two questions about a socket whose peer
@@ -260,7 +260,7 @@ pub const FD_HEADROOM: u64 = 64;
 /// 10 s is generous for any real client, TLS-terminating proxies included.
 /// The same deadline covers the wait for the client's first byte, before
 /// which the server builds nothing and sends nothing (not even its
-/// SETTINGS; see [`crate::connection::Accepted::serve`]), and, with TLS,
+/// SETTINGS; see [`crate::connection::accepted::Accepted::serve`]), and, with TLS,
 /// the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -277,7 +277,7 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// and its reason are logged at start-up.
 ///
 /// Each worker is a tokio current-thread runtime, and each connection is
-/// served by one worker for its whole life (see [`crate::workers`]), so a
+/// served by one worker for its whole life (see [`crate::server::workers`]), so a
 /// response never crosses threads and a worker costs about what one thread
 /// does per call. tokio's multi-thread runtime, which this replaced, moved work
 /// between threads and woke a connection after each response, writing each
@@ -289,10 +289,10 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// one HTTP/2 connection uses at most one core, however busy it is, so a
 /// client needs at least as many connections as the server has workers.
 /// `--worker-threads 1` serves everything on the thread that calls
-/// [`crate::run`], exactly as a single-threaded server; with more, that
+/// [`crate::run()`], exactly as a single-threaded server; with more, that
 /// thread only accepts (and serves health and the drain), so N workers are
 /// N + 1 threads: an acceptor that shared worker 0's thread fell behind a
-/// reconnect storm (issue 23, see [`crate::workers`]).
+/// reconnect storm (issue 23, see [`crate::server::workers`]).
 pub const WORKER_THREADS: Option<usize> = None;
 
 /// The thread count when `available_parallelism()` cannot tell (it fails on
@@ -300,7 +300,7 @@ pub const WORKER_THREADS: Option<usize> = None;
 pub const WORKER_THREADS_FALLBACK: usize = 1;
 
 /// Bytes of large DATA frames gathered into one write on a connection:
-/// 256 KiB (see [`crate::coalesce`]).
+/// 256 KiB (see [`crate::connection::coalesce`]).
 ///
 /// h2 writes every DATA frame in its own system call, at the 16 KiB frame
 /// size clients usually allow: about 310 writes, and as many TCP segments,
@@ -326,7 +326,7 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// WINDOW_UPDATEs on open streams and on the connection itself that a
 /// connection may send beyond what the server's DATA calls for: 1,000 (see
-/// [`crate::window_budget`]).
+/// [`crate::connection::window_updates`]).
 ///
 /// A WINDOW_UPDATE answers DATA the client has read: a receiver sends one
 /// for a stream, and one for the connection, after each few KiB it
@@ -380,7 +380,7 @@ pub const GOAWAY_WRITE_GRACE: Duration = Duration::from_secs(1);
 
 /// Connections the kernel may complete and queue before the server accepts
 /// them (the listen backlog): by default the kernel's own bound,
-/// `net.core.somaxconn` (see [`crate::listen`]).
+/// `net.core.somaxconn` (see [`crate::server::listen`]).
 ///
 /// When the queue is full the kernel drops the next SYN, and that client's
 /// connect takes a retransmission: a second or more. With std's 128, a
@@ -391,8 +391,8 @@ pub const GOAWAY_WRITE_GRACE: Duration = Duration::from_secs(1);
 /// The memory is the kernel's, per queued connection, only while it waits.
 /// A longer queue only buys time (4,096 is 0.2-0.3 s of that storm here):
 /// the acceptor must also keep up, which is why it has a thread of its own
-/// and takes each connection with one `accept4` ([`crate::workers`],
-/// [`crate::connection`]).
+/// and takes each connection with one `accept4` ([`crate::server::workers`],
+/// [`crate::server::accept`]).
 pub const LISTEN_BACKLOG: Option<u32> = None;
 
 /// The backlog when `somaxconn` cannot be read (not Linux, or no `/proc`):
@@ -402,7 +402,7 @@ pub const LISTEN_BACKLOG_FALLBACK: u32 = 4096;
 /// Where Linux says its `somaxconn`.
 pub const SOMAXCONN_PATH: &str = "/proc/sys/net/core/somaxconn";
 
-// ─── TLS (server/src/tls.rs) ────────────────────────────────────────────
+// ─── TLS (server/src/connection/tls.rs) ─────────────────────────────────
 
 /// TLS handshakes the server computes at once, over every worker: 16.
 /// A connection whose ClientHello is in waits for a slot (inside its
@@ -442,7 +442,7 @@ pub const TLS_HANDSHAKES_IN_FLIGHT: usize = 16;
 /// saves, the certificate check (docs/tls.md). Off, every handshake is full.
 pub const TLS_SESSION_TICKETS: bool = true;
 
-// ─── Connection lifetime and the replica's name (issue 21, see lifetime.rs) ───
+// ─── Connection lifetime (connection/age.rs), the replica (routing/replica.rs) ───
 
 /// Maximum connection age: off by default, as in grpc-go
 /// (`MaxConnectionAge` is infinity unless set).
@@ -506,137 +506,151 @@ pub const BURST_STREAMS: u32 = 16;
 /// is what gRFC A9 specifies, not a tuning knob.
 pub const MAX_CONNECTION_AGE_JITTER: f64 = 0.1;
 
+/// `routing-server --help` in groups, the same as the folders of
+/// `server/src`: the chapter's levers (`routing/`, and hyper's settings in
+/// `server/serving.rs`), the connection's rules (`connection/`), the per-call
+/// budgets and deadlines (`call/`), connection lifetime (gRFC A9,
+/// `connection/age.rs`), TLS (`connection/tls.rs`) and the runtime
+/// (`server/`). clap lists the groups in the order of their first flag.
+const LEVERS: &str = "The chapter's levers";
+const CONNECTION_RULES: &str = "Connection rules";
+const BUDGETS: &str = "Budgets and deadlines";
+const LIFETIME: &str = "Connection lifetime (gRFC A9)";
+const TLS: &str = "TLS";
+const RUNTIME: &str = "Runtime";
+
 /// The server's settings: the knobs above, each overridable by a flag or an
 /// environment variable so readers can experiment without recompiling.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Config {
     /// Address to listen on, as host:port (127.0.0.1:9180, 0.0.0.0:9000, localhost:9180).
-    #[arg(long, env = "ROUTING_LISTEN", default_value = DEFAULT_LISTEN, value_parser = listen_address)]
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_LISTEN", default_value = DEFAULT_LISTEN, value_parser = listen_address)]
     pub listen: std::net::SocketAddr,
 
     /// Largest response message the server encodes, in bytes (send cap).
-    #[arg(long, env = "ROUTING_MAX_SEND_BYTES", default_value_t = MAX_SEND_MESSAGE_BYTES)]
+    #[arg(help_heading = LEVERS, long, env = "ROUTING_MAX_SEND_BYTES", default_value_t = MAX_SEND_MESSAGE_BYTES)]
     pub max_send_bytes: usize,
 
     /// Largest request message the server decodes, in bytes (receive cap).
-    #[arg(long, env = "ROUTING_MAX_RECV_BYTES", default_value_t = MAX_RECV_MESSAGE_BYTES)]
+    #[arg(help_heading = LEVERS, long, env = "ROUTING_MAX_RECV_BYTES", default_value_t = MAX_RECV_MESSAGE_BYTES)]
     pub max_recv_bytes: usize,
 
     /// Seconds a connection may sit idle before the server sends a keepalive PING.
-    #[arg(long, env = "ROUTING_KEEPALIVE_SECS", default_value_t = KEEPALIVE_INTERVAL.as_secs(),
+    #[arg(help_heading = LEVERS, long, env = "ROUTING_KEEPALIVE_SECS", default_value_t = KEEPALIVE_INTERVAL.as_secs(),
           value_parser = at_least_one_second)]
     pub keepalive_secs: u64,
 
     /// Seconds to wait for a PING ack before closing the connection as dead.
-    #[arg(long, env = "ROUTING_KEEPALIVE_TIMEOUT_SECS", default_value_t = KEEPALIVE_TIMEOUT.as_secs(),
+    #[arg(help_heading = LEVERS, long, env = "ROUTING_KEEPALIVE_TIMEOUT_SECS", default_value_t = KEEPALIVE_TIMEOUT.as_secs(),
           value_parser = at_least_one_second)]
     pub keepalive_timeout_secs: u64,
 
     /// Least seconds between two client PINGs; quicker ones are strikes, and the
     /// third strike gets GOAWAY too_many_pings (0 turns the floor off).
-    #[arg(long, env = "ROUTING_MIN_PING_INTERVAL_SECS", default_value_t = MIN_PING_INTERVAL.as_secs())]
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_MIN_PING_INTERVAL_SECS", default_value_t = MIN_PING_INTERVAL.as_secs())]
     pub min_ping_interval_secs: u64,
 
     /// Whether clients may PING with no call in flight (true or false).
-    #[arg(long, env = "ROUTING_PERMIT_PINGS_WITHOUT_CALLS", default_value_t = PERMIT_PINGS_WITHOUT_CALLS,
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_PERMIT_PINGS_WITHOUT_CALLS", default_value_t = PERMIT_PINGS_WITHOUT_CALLS,
           action = clap::ArgAction::Set)]
     pub permit_pings_without_calls: bool,
 
     /// Control frames that make no progress (WINDOW_UPDATE on a stream that is not
     /// open, SETTINGS, PRIORITY) a connection may send, plus 8 per stream it opens;
     /// past it, GOAWAY too_many_control_frames (0 turns the guard off).
-    #[arg(long, env = "ROUTING_CONTROL_FRAME_BUDGET", default_value_t = CONTROL_FRAME_BUDGET)]
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_CONTROL_FRAME_BUDGET", default_value_t = CONTROL_FRAME_BUDGET)]
     pub control_frame_budget: u32,
 
     /// Streams a client may open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS).
-    #[arg(long, env = "ROUTING_MAX_CONCURRENT_STREAMS", default_value_t = MAX_CONCURRENT_STREAMS,
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_MAX_CONCURRENT_STREAMS", default_value_t = MAX_CONCURRENT_STREAMS,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_streams: u32,
 
     /// Streams reset for a client's protocol errors before GOAWAY ENHANCE_YOUR_CALM.
-    #[arg(long, env = "ROUTING_MAX_LOCAL_ERROR_RESETS", default_value_t = MAX_LOCAL_ERROR_RESETS)]
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_MAX_LOCAL_ERROR_RESETS", default_value_t = MAX_LOCAL_ERROR_RESETS)]
     pub max_local_error_resets: usize,
 
     /// Bytes of all responses in flight at once; ListRoutes over it gets RESOURCE_EXHAUSTED.
-    #[arg(long, env = "ROUTING_RESPONSE_BUDGET_BYTES", default_value_t = RESPONSE_BUDGET_BYTES)]
+    #[arg(help_heading = BUDGETS, long, env = "ROUTING_RESPONSE_BUDGET_BYTES", default_value_t = RESPONSE_BUDGET_BYTES)]
     pub response_budget_bytes: usize,
 
     /// Seconds a budgeted response may take to be sent before its connection is closed.
-    #[arg(long, env = "ROUTING_SEND_DEADLINE_SECS", default_value_t = SEND_DEADLINE.as_secs(),
+    #[arg(help_heading = BUDGETS, long, env = "ROUTING_SEND_DEADLINE_SECS", default_value_t = SEND_DEADLINE.as_secs(),
           value_parser = at_least_one_second)]
     pub send_deadline_secs: u64,
 
     /// Percent of the response budget one connection may hold; past it, its
     /// ListRoutes calls get RESOURCE_EXHAUSTED.
-    #[arg(long, env = "ROUTING_RESPONSE_SHARE_PERCENT", default_value_t = RESPONSE_SHARE_PERCENT,
+    #[arg(help_heading = BUDGETS, long, env = "ROUTING_RESPONSE_SHARE_PERCENT", default_value_t = RESPONSE_SHARE_PERCENT,
           value_parser = clap::value_parser!(u8).range(1..=100))]
     pub response_share_percent: u8,
 
     /// Seconds without send progress after which a connection's responses may
     /// be closed to make room when the response budget is full.
-    #[arg(long, env = "ROUTING_STALLED_HOLDER_SECS", default_value_t = STALLED_HOLDER_AFTER.as_secs(),
+    #[arg(help_heading = BUDGETS, long, env = "ROUTING_STALLED_HOLDER_SECS", default_value_t = STALLED_HOLDER_AFTER.as_secs(),
           value_parser = at_least_one_second)]
     pub stalled_holder_secs: u64,
 
     /// Unsent bytes the kernel may queue per connection (TCP_NOTSENT_LOWAT, Linux; 0: no limit).
-    #[arg(long, env = "ROUTING_TCP_NOTSENT_LOWAT", default_value_t = TCP_NOTSENT_LOWAT)]
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_TCP_NOTSENT_LOWAT", default_value_t = TCP_NOTSENT_LOWAT)]
     pub tcp_notsent_lowat: u32,
 
     /// Seconds a request body may take to arrive; slower ones get DEADLINE_EXCEEDED.
-    #[arg(long, env = "ROUTING_REQUEST_DEADLINE_SECS", default_value_t = REQUEST_DEADLINE.as_secs(),
+    #[arg(help_heading = BUDGETS, long, env = "ROUTING_REQUEST_DEADLINE_SECS", default_value_t = REQUEST_DEADLINE.as_secs(),
           value_parser = at_least_one_second)]
     pub request_deadline_secs: u64,
 
     /// Bytes of all partly received requests at once; over it gets RESOURCE_EXHAUSTED.
-    #[arg(long, env = "ROUTING_REQUEST_BUDGET_BYTES", default_value_t = REQUEST_BUDGET_BYTES)]
+    #[arg(help_heading = BUDGETS, long, env = "ROUTING_REQUEST_BUDGET_BYTES", default_value_t = REQUEST_BUDGET_BYTES)]
     pub request_budget_bytes: usize,
 
     /// Connections served at once; more are closed at once [default: the open-file
     /// limit, raised to its hard limit at start-up, minus 64].
-    #[arg(long, env = "ROUTING_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: Option<u64>,
 
     /// Seconds a new connection has to send the HTTP/2 preface and SETTINGS and
     /// acknowledge the server's SETTINGS.
-    #[arg(long, env = "ROUTING_HANDSHAKE_TIMEOUT_SECS", default_value_t = HANDSHAKE_TIMEOUT.as_secs(),
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_HANDSHAKE_TIMEOUT_SECS", default_value_t = HANDSHAKE_TIMEOUT.as_secs(),
           value_parser = at_least_one_second)]
     pub handshake_timeout_secs: u64,
 
     /// Threads that serve connections, each connection on one thread for its whole
     /// life [default: the CPUs this process may use, cgroup quotas included].
-    #[arg(long, env = "ROUTING_WORKER_THREADS", value_parser = at_least_one_thread)]
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_WORKER_THREADS", value_parser = at_least_one_thread)]
     pub worker_threads: Option<usize>,
 
     /// Seconds to let calls in flight finish after SIGTERM or Ctrl+C.
-    #[arg(long, env = "ROUTING_DRAIN_SECS", default_value_t = DRAIN_TIMEOUT.as_secs())]
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_DRAIN_SECS", default_value_t = DRAIN_TIMEOUT.as_secs())]
     pub drain_secs: u64,
 
     /// Never compress responses (gzip requests are still accepted): compare with and without.
-    #[arg(long, env = "ROUTING_NO_GZIP")]
+    #[arg(help_heading = LEVERS, long, env = "ROUTING_NO_GZIP")]
     pub no_gzip: bool,
 
     /// What the catalog's padding is made of: `repeated` (`X`s, which gzip
     /// shrinks to 0.14 %) or `random` (seeded printable characters that
     /// barely shrink). Same sizes, ids and prices either way.
-    #[arg(long, env = "ROUTING_FILLER", value_enum, default_value_t = Filler::Repeated)]
+    #[arg(help_heading = LEVERS, long, env = "ROUTING_FILLER", value_enum, default_value_t = Filler::Repeated)]
     pub filler: Filler,
 
     // Hardening round three (issue 23)
     /// WINDOW_UPDATEs on open streams and the connection a connection may send
     /// beyond one per 2 KiB of DATA sent to it and 4 per stream it opens; past
     /// it, GOAWAY too_many_window_updates (0 turns the guard off).
-    #[arg(long, env = "ROUTING_WINDOW_UPDATE_BUDGET", default_value_t = WINDOW_UPDATE_BUDGET)]
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_WINDOW_UPDATE_BUDGET", default_value_t = WINDOW_UPDATE_BUDGET)]
     pub window_update_budget: u32,
 
     /// Connections the kernel may queue before they are accepted (listen backlog)
     /// [default: the kernel's net.core.somaxconn, or 4096 if it cannot be read].
-    #[arg(long, env = "ROUTING_LISTEN_BACKLOG", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_LISTEN_BACKLOG", value_parser = clap::value_parser!(u32).range(1..))]
     pub listen_backlog: Option<u32>,
 
-    // ─── TLS (server/src/tls.rs) ─────────────────────────────────────────
+    // ─── TLS (server/src/connection/tls.rs) ─────────────────────────────
     /// Serve TLS with this certificate chain (PEM, the server's certificate
     /// first); needs --tls-key. Without both, the server speaks plaintext.
     #[arg(
+        help_heading = TLS,
         long,
         env = "ROUTING_TLS_CERT",
         requires = "tls_key",
@@ -646,6 +660,7 @@ pub struct Config {
 
     /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1); needs --tls-cert.
     #[arg(
+        help_heading = TLS,
         long,
         env = "ROUTING_TLS_KEY",
         requires = "tls_cert",
@@ -654,51 +669,51 @@ pub struct Config {
     pub tls_key: Option<std::path::PathBuf>,
 
     /// TLS handshakes computed at once; more wait for a slot within their handshake timeout.
-    #[arg(long, env = "ROUTING_TLS_HANDSHAKES_IN_FLIGHT", default_value_t = TLS_HANDSHAKES_IN_FLIGHT,
+    #[arg(help_heading = TLS, long, env = "ROUTING_TLS_HANDSHAKES_IN_FLIGHT", default_value_t = TLS_HANDSHAKES_IN_FLIGHT,
           value_parser = at_least_one_handshake)]
     pub tls_handshakes_in_flight: usize,
 
     /// Whether to issue TLS session tickets, so clients can resume (true or false).
-    #[arg(long, env = "ROUTING_TLS_SESSION_TICKETS", default_value_t = TLS_SESSION_TICKETS,
+    #[arg(help_heading = TLS, long, env = "ROUTING_TLS_SESSION_TICKETS", default_value_t = TLS_SESSION_TICKETS,
           action = clap::ArgAction::Set)]
     pub tls_session_tickets: bool,
 
-    // ─── Connection lifetime and the replica's name (issue 21, lifetime.rs) ───
+    // ─── Connection lifetime (connection/age.rs), the replica (routing/replica.rs) ───
     /// Seconds after which a connection gets a graceful GOAWAY (±10 % jitter), so
     /// its client reconnects and a load balancer picks again [default: never].
-    #[arg(long, env = "ROUTING_MAX_CONNECTION_AGE_SECS", value_parser = at_least_one_second)]
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_CONNECTION_AGE_SECS", value_parser = at_least_one_second)]
     pub max_connection_age_secs: Option<u64>,
 
     /// Seconds calls in flight may take to finish after the age's GOAWAY before the
     /// connection is closed [default: as long as they take].
-    #[arg(long, env = "ROUTING_MAX_CONNECTION_AGE_GRACE_SECS")]
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_CONNECTION_AGE_GRACE_SECS")]
     pub max_connection_age_grace_secs: Option<u64>,
 
     /// Seconds a connection may have no call open before it gets a graceful GOAWAY
     /// [default: never].
-    #[arg(long, env = "ROUTING_MAX_CONNECTION_IDLE_SECS", value_parser = at_least_one_second)]
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_CONNECTION_IDLE_SECS", value_parser = at_least_one_second)]
     pub max_connection_idle_secs: Option<u64>,
 
     /// Seconds a connection that once had --burst-streams streams open at once may
     /// idle before a graceful GOAWAY gives back what h2 kept of the burst (0: never).
-    #[arg(long, env = "ROUTING_MAX_IDLE_AFTER_BURST_SECS",
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_IDLE_AFTER_BURST_SECS",
           default_value_t = MAX_IDLE_AFTER_BURST.map_or(0, |d| d.as_secs()))]
     pub max_idle_after_burst_secs: u64,
 
     /// Streams open at once that make a connection a burst's (see --max-idle-after-burst-secs).
-    #[arg(long, env = "ROUTING_BURST_STREAMS", default_value_t = BURST_STREAMS,
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_BURST_STREAMS", default_value_t = BURST_STREAMS,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub burst_streams: u32,
 
     /// Name of this replica, sent as the `routing-replica` header on every response
     /// (visible ASCII, at most 64 characters) [default: no header].
-    #[arg(long, env = "ROUTING_REPLICA", value_parser = replica_name)]
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_REPLICA", value_parser = replica_name)]
     pub replica: Option<String>,
 
     /// Name this replica by its host name instead (a container's or a pod's own,
     /// from /proc/sys/kernel/hostname): for the replicas of one scaled service,
     /// which share every setting.
-    #[arg(long, env = "ROUTING_REPLICA_HOSTNAME", conflicts_with = "replica",
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_REPLICA_HOSTNAME", conflicts_with = "replica",
           default_value_t = false, action = clap::ArgAction::Set)]
     pub replica_hostname: bool,
 }
@@ -877,12 +892,12 @@ impl Default for Config {
             // Hardening round three (issue 23)
             window_update_budget: WINDOW_UPDATE_BUDGET,
             listen_backlog: LISTEN_BACKLOG,
-            // TLS (tls.rs)
+            // TLS (connection/tls.rs)
             tls_cert: None,
             tls_key: None,
             tls_handshakes_in_flight: TLS_HANDSHAKES_IN_FLIGHT,
             tls_session_tickets: TLS_SESSION_TICKETS,
-            // Connection lifetime and the replica's name (lifetime.rs)
+            // Connection lifetime (connection/age.rs) and the replica's name (routing/replica.rs)
             max_connection_age_secs: MAX_CONNECTION_AGE.map(|d| d.as_secs()),
             max_connection_age_grace_secs: MAX_CONNECTION_AGE_GRACE.map(|d| d.as_secs()),
             max_connection_idle_secs: MAX_CONNECTION_IDLE.map(|d| d.as_secs()),

@@ -6,59 +6,59 @@
 //! cap, gzip for large responses only, and a 5 s HTTP/2 keepalive.
 //!
 //! # Layout
-//! - [`knobs`]: every tuning knob, its default, unit and effect, and [`Config`].
-//! - [`quote`]: GetQuote validation and the pricing formula (pure).
-//! - [`catalog`]: the padded catalog, pagination and field masks (pure).
-//! - [`page_codec`]: encodes a ListRoutes page straight from the catalog.
-//! - [`service`]: the gRPC adapter that maps both onto `Status` codes,
-//!   serves ListRoutes through `page_codec`, and gzips only ListRoutes pages.
-//! - [`connection`]: per-connection policies: the connection cap, accept
-//!   back-off, nothing built before the client's first byte, handshake
-//!   timeout and the keepalive ping floor.
-//! - [`coalesce`]: gathers large DATA frames into fewer writes.
-//! - [`edge`]: per-call guards: HTTP 415 for non-gRPC requests, request
-//!   deadline and budget, response budget and send deadline.
-//! - [`budget`]: the server-wide byte budgets behind them.
+//! One folder per layer. Imports run one way, from the runtime down: a
+//! type two layers need lives below both.
+//!
+//! - [`server`], the runtime: [`server::serving`]: [`run()`] assembles routing, health and
+//!   reflection, applies h2's own guards, serves each connection on a
+//!   worker and drains on shutdown; [`server::local`] runs
+//!   it on a free port for tests. [`server::accept`] is the accept loop
+//!   (connection cap, back-off, `accept4`), [`server::fd_limit`] the
+//!   open-file limit, [`server::listen`] the listening socket and its
+//!   backlog, [`server::workers`] one current-thread runtime per core,
+//!   [`server::shutdown`] Ctrl+C and SIGTERM, [`server::error`] the error
+//!   type.
+//! - [`connection`], the connection and its rules, between the socket and
+//!   hyper (`connection/mod.rs` draws the byte stack):
+//!   [`connection::accepted`] waits for the first byte and sets the socket
+//!   options; [`connection::tls`] the TLS handshake and transport;
+//!   [`connection::coalesce`] fewer, larger writes; [`connection::watched`]
+//!   the frame watchers, the handshake timeout and the server's own
+//!   GOAWAY; [`connection::frame_rules`] one handler per frame type, over
+//!   [`connection::ping_floor`], [`connection::control_frames`] and
+//!   [`connection::window_updates`], whose shared verdict is
+//!   [`connection::verdict`]; [`connection::policy`] their settings;
+//!   [`connection::age`] connection age and idleness (gRFC A9) and the
+//!   GOAWAY after a burst; [`connection::drain`] the server's drain each
+//!   connection watches.
 //! - [`kernel_queue`]: when a response has really reached the client: the
 //!   kernel's send queue per connection, asked of `sock_diag` (netlink).
-//! - [`listen`]: the listening socket, with the kernel's listen backlog.
-//! - [`server`]: [`run`] assembles routing, health and reflection, applies
-//!   h2's own guards, and drains on shutdown; [`LocalServer`] runs it on a
-//!   free port for tests.
-//! - [`lifetime`]: connection age and idleness (GOAWAY, then a grace), the
-//!   GOAWAY that gives back what a connection kept after a burst of
-//!   streams, the server's drain, and the `routing-replica` response header.
-//! - [`workers`]: thread-per-core serving: one current-thread runtime per
-//!   worker, each connection on one worker for its whole life, and the
-//!   acceptor on a thread of its own.
-//! - [`window_budget`]: how many WINDOW_UPDATEs the DATA sent calls for.
-//! - [`tls`]: TLS on the server's port (`--tls-cert`, `--tls-key`): the
-//!   handshake on the worker, inside the handshake timeout, and the
-//!   transport under the connection's policies.
-//! - [`dev_cert`]: `routing-server dev-cert`: a local CA and a server
-//!   certificate, made with rcgen.
-//! - [`probe`]: the health probe behind `routing-server probe`.
-//! - [`shutdown`]: Ctrl+C and SIGTERM.
+//! - [`call`], the per-call guards: [`call::request_guards`] (HTTP 415 for
+//!   non-gRPC requests, request deadline and budget, `grpc-timeout`),
+//!   [`call::response_hold`] (a response holds its budget until
+//!   acknowledged, under the send deadline), [`call::budget`] the
+//!   server-wide byte budgets, [`call::info`] what a call knows of its
+//!   connection, [`call::close`] how it closes it.
+//! - [`routing`], the chapter's service: [`routing::quote`] GetQuote
+//!   validation and pricing (pure), [`routing::catalog`] the padded catalog,
+//!   pagination and field masks (pure data), [`routing::page_codec`] a page's
+//!   wire encoding and every field number, [`routing::service`] the gRPC
+//!   adapter that maps both onto `Status` codes and gzips only ListRoutes
+//!   pages, [`routing::replica`] the `routing-replica` header.
+//! - [`cmd`]: the subcommands, [`cmd::probe`] (`routing-server probe`, the
+//!   health probe) and [`cmd::dev_cert`] (`routing-server dev-cert`, a
+//!   local CA and a server certificate made with rcgen).
+//! - [`knobs`]: every tuning knob, its default, unit and effect, and
+//!   [`Config`], whose `--help` groups follow the folders.
 
-pub mod budget;
-pub mod catalog;
-pub mod coalesce;
-pub mod connection;
-pub mod dev_cert;
-pub mod edge;
 pub mod kernel_queue;
+
+pub mod call;
+pub mod cmd;
+pub mod connection;
 pub mod knobs;
-pub mod lifetime;
-pub mod listen;
-pub mod page_codec;
-pub mod probe;
-pub mod quote;
+pub mod routing;
 pub mod server;
-pub mod service;
-pub mod shutdown;
-pub mod tls;
-pub mod window_budget;
-pub mod workers;
 
 pub use knobs::Config;
 pub use server::{LocalServer, run};

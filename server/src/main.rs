@@ -18,7 +18,7 @@
 use std::{io::IsTerminal, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
-use routing_server::{Config, probe::probe, shutdown, tls::BadTlsInput};
+use routing_server::{Config, cmd::probe::probe, connection::tls::BadTlsInput, server::shutdown};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tracing_subscriber::EnvFilter;
 
@@ -89,7 +89,7 @@ fn main() -> ExitCode {
     // One thread: the acceptor, health and the drain. The workers
     // (knobs::WORKER_THREADS) are threads with runtimes of their own that
     // routing_server::run starts, so that each connection stays on one
-    // thread; a worker alone is this thread (see routing_server::workers).
+    // thread; a worker alone is this thread (see routing_server::server::workers).
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -136,25 +136,26 @@ async fn run(cli: Cli) -> ExitCode {
 
 fn dev_cert(out: &std::path::Path, keep: bool) -> Result<(), routing_server::server::Error> {
     if keep
-        && routing_server::dev_cert::FILES
+        && routing_server::cmd::dev_cert::FILES
             .iter()
             .all(|f| out.join(f).is_file())
     {
         tracing::info!(dir = %out.display(), "kept the ca.pem, server.pem and server.key already there (--keep)");
         return Ok(());
     }
-    let made = routing_server::dev_cert::generate(&routing_server::dev_cert::SERVER_NAMES)?;
+    let made =
+        routing_server::cmd::dev_cert::generate(&routing_server::cmd::dev_cert::SERVER_NAMES)?;
     made.write_to(out)
         .map_err(|e| format!("cannot write into {}: {e}", out.display()))?;
-    tracing::info!(dir = %out.display(), names = ?routing_server::dev_cert::SERVER_NAMES, "wrote ca.pem, server.pem and server.key");
+    tracing::info!(dir = %out.display(), names = ?routing_server::cmd::dev_cert::SERVER_NAMES, "wrote ca.pem, server.pem and server.key");
     Ok(())
 }
 
 async fn serve(config: Config) -> Result<(), routing_server::server::Error> {
     // The TLS files are checked before the port is taken (and again by run).
-    routing_server::tls::ServerTls::from_config(&config)?;
+    routing_server::connection::tls::ServerTls::from_config(&config)?;
     let mut config = config;
-    config.replica = routing_server::lifetime::replica_name(&config)?;
+    config.replica = routing_server::routing::replica::replica_name(&config)?;
     let listener = routing_server::server::bind_with_backlog(config.listen, &config)?;
     routing_server::run(listener, config, shutdown::signal()).await
 }

@@ -5,7 +5,7 @@
 //! Two kinds of reference are checked. Markdown links (`[text](path)`,
 //! `[text](path#anchor)`, `[text](#anchor)`) are resolved from the file that
 //! holds them; web links are skipped. Backticked paths outside code blocks
-//! (`` `server/src/knobs.rs` ``, `` `server/src/{quote,catalog}.rs` ``) are
+//! (`` `server/src/knobs.rs` ``, `` `server/src/routing/{quote,catalog}.rs` ``) are
 //! resolved from the repository root when their first component is one of
 //! the repository's top-level directories or files.
 
@@ -211,7 +211,7 @@ fn the_checker_catches_what_it_should() {
     fs::write(
         &doc,
         "# A title\n\
-         See `server/src/{quote,compression}.rs` and [t](#a-title), [u](#gone),\n\
+         See `server/src/{knobs,compression}.rs` and [t](#a-title), [u](#gone),\n\
          [v](missing.md), [w](https://example.com/x).\n\
          ```console\n$ cat `server/src/nothing.rs`\n```\n",
     )

@@ -576,7 +576,7 @@ async fn served_within_bound(
 #[tokio::test]
 async fn a_page_in_the_kernels_send_queue_stays_charged_until_it_is_read() {
     use harness::procfs::ServerSockets;
-    use routing_server::catalog::Catalog;
+    use routing_server::routing::catalog::Catalog;
 
     const RCVBUF: u32 = 4096;
     let request = ListRoutesRequest {

@@ -1,4 +1,4 @@
-//! Connection age and idleness (`server/src/lifetime.rs`), with small knobs:
+//! Connection age and idleness (`server/src/connection/age.rs`), with small knobs:
 //! what the client sees on the wire, and that no call is lost.
 //!
 //! Run with `cargo test -p routing-server --test lifetime`. The only times
@@ -15,7 +15,7 @@ use routing_clients::{CountingConnector, retry, sample_quote_request};
 use routing_contracts::routing::{
     ListRoutesRequest, ListRoutesResponse, routing_service_client::RoutingServiceClient,
 };
-use routing_server::{Config, lifetime::REPLICA_HEADER};
+use routing_server::{Config, routing::replica::REPLICA_HEADER};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,

@@ -1,5 +1,5 @@
 //! ListRoutes pages as they leave the server. The page is encoded straight
-//! from the shared catalog (`server/src/page_codec.rs`), so these tests read
+//! from the shared catalog (`server/src/routing/page_codec.rs`), so these tests read
 //! the message bytes off raw HTTP/2 and compare them with prost's encoding of
 //! the response a reader would build by copying from the catalog.
 
@@ -11,7 +11,7 @@ use prost::Message;
 use prost_types::FieldMask;
 use routing_contracts::routing::{Leg, ListRoutesRequest, ListRoutesResponse, Route};
 use routing_contracts::types::Money;
-use routing_server::catalog::Catalog;
+use routing_server::routing::catalog::Catalog;
 
 fn request(page_size: i32, page_token: &str, mask: &[&str]) -> ListRoutesRequest {
     ListRoutesRequest {

@@ -46,7 +46,7 @@ async fn health_is_serving() {
         );
     }
     let probed =
-        routing_server::probe::probe(&server.addr().to_string(), Duration::from_secs(3)).await;
+        routing_server::cmd::probe::probe(&server.addr().to_string(), Duration::from_secs(3)).await;
     assert_eq!(probed.expect("probe answers"), ServingStatus::Serving);
 }
 
@@ -57,7 +57,7 @@ async fn probe_fails_when_nothing_listens() {
     let addr = server.addr().to_string();
     server.shutdown().await.expect("clean shutdown");
 
-    let probed = routing_server::probe::probe(&addr, Duration::from_secs(2)).await;
+    let probed = routing_server::cmd::probe::probe(&addr, Duration::from_secs(2)).await;
 
     assert!(probed.is_err(), "{probed:?}");
 }

@@ -2,7 +2,7 @@
 //! start-up with the flag named, real calls over TLS, clients that stall in
 //! the handshake or speak plaintext to the TLS port, and the send deadline
 //! and kernel-queue accounting over TLS. Certificates come from
-//! `routing_server::dev_cert`, made fresh in a temporary directory for each
+//! `routing_server::cmd::dev_cert`, made fresh in a temporary directory for each
 //! test. No test asserts timing: knobs are small, and `BOUND` only catches
 //! a hang.
 
@@ -26,7 +26,7 @@ use http::Uri;
 use hyper_util::rt::TokioIo;
 use routing_clients::sample_quote_request;
 use routing_contracts::routing::{ListRoutesRequest, routing_service_client::RoutingServiceClient};
-use routing_server::{Config, LocalServer, dev_cert, tls::ServerTls};
+use routing_server::{Config, LocalServer, cmd::dev_cert, connection::tls::ServerTls};
 use rustls::{
     ClientConfig, RootCertStore,
     crypto::ring,

@@ -2,11 +2,11 @@
 //! on the connection itself a client may send, measured against the DATA
 //! the server sent it ([`crate::knobs::WINDOW_UPDATE_BUDGET`]).
 //!
-//! [`crate::connection`] counts every such frame a client sends and every
+//! [`crate::connection::frame_rules`] counts every such frame a client sends and every
 //! DATA frame the server writes, and sends GOAWAY `ENHANCE_YOUR_CALM`
 //! `too_many_window_updates` to the connection whose updates outnumber
 //! what it was allowed. Frames on streams that are not open are the
-//! control-frame budget's ([`crate::connection::ControlFrameBudget`]).
+//! control-frame budget's ([`crate::connection::control_frames::ControlFrameBudget`]).
 //!
 //! # The rule
 //!
@@ -30,7 +30,7 @@
 //! a client spends it, the server parses at most one update per 2 KiB it
 //! sent, plus the budget.
 
-use crate::connection::ControlVerdict;
+use crate::connection::verdict::ControlVerdict;
 use crate::knobs::{DATA_BYTES_PER_WINDOW_UPDATE, WINDOW_UPDATES_PER_STREAM};
 
 /// One connection's account of window updates (see the module's rule).

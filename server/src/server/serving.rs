@@ -1,11 +1,12 @@
 //! Assembling and running the gRPC server: the routing service with its caps
 //! and compression, health, reflection, keepalive, the hardening guards and
-//! graceful shutdown.
+//! graceful shutdown. [`run`] takes the connections the accept loop
+//! ([`crate::server::accept`]) yields, hands each to a worker
+//! ([`crate::server::workers`]), and drains them all on shutdown.
 
 use std::{
     convert::Infallible,
     future::Future,
-    net::SocketAddr,
     pin::pin,
     sync::Arc,
     task::{Context, Poll},
@@ -17,7 +18,7 @@ use hyper_util::{
     service::TowerToHyperService,
 };
 use routing_contracts::routing::routing_service_server::RoutingServiceServer;
-use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tokio::net::TcpListener;
 use tonic::{
     Status, body::Body, codec::CompressionEncoding, codegen::BoxFuture, server::NamedService,
 };
@@ -25,20 +26,20 @@ use tonic_health::ServingStatus;
 use tower::{Layer, Service, util::BoxCloneSyncService};
 
 use crate::{
-    budget::ByteBudget,
-    catalog::Catalog,
-    connection::{self, Accepted, ConnectionInfo, ConnectionPolicy},
-    edge::{EdgeConfig, EdgeLayer},
+    call::budget::ByteBudget,
+    call::info::ConnectionInfo,
+    call::request_guards::{EdgeConfig, EdgeLayer},
+    connection::accepted::Accepted,
+    connection::age::{self as lifetime, Lifetime},
+    connection::drain::{DrainWatcher, ServerDrain},
+    connection::policy::ConnectionPolicy,
+    connection::tls::ServerTls,
     knobs::Config,
-    lifetime::{self, Drain, DrainWatcher, Lifetime},
-    listen,
-    service::{RoutingApi, RoutingServer},
-    tls::ServerTls,
-    workers::{self, Workers},
+    routing::catalog::Catalog,
+    routing::service::{RoutingApi, RoutingServer},
+    server::error::Error,
+    server::{accept, fd_limit, workers, workers::Workers},
 };
-
-/// Anything that stops the server from starting or serving.
-pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The routing service with the chapter's message caps and compression.
 pub fn routing_service(config: &Config) -> RoutingServer {
@@ -84,7 +85,7 @@ fn routing_server(api: RoutingApi, config: &Config) -> RoutingServer {
 /// stops waiting for them.
 ///
 /// Connections are served by `config.worker_threads` workers
-/// ([`crate::workers`]): the runtime this is awaited on accepts every
+/// ([`crate::server::workers`]): the runtime this is awaited on accepts every
 /// connection; the workers are threads this starts, each with a
 /// current-thread runtime, and stops before it returns (one worker alone is
 /// the caller's runtime itself). What is global stays here, on the caller's
@@ -96,7 +97,7 @@ fn routing_server(api: RoutingApi, config: &Config) -> RoutingServer {
 /// `Server`: tonic adds a router, boxed futures and bodies, and a `date`
 /// header to every call, about 10 % of GetQuote's CPU on the test machine
 /// (see README, "What each lever costs"). Its other per-call job, honouring
-/// the client's `grpc-timeout`, is done in [`crate::edge`].
+/// the client's `grpc-timeout`, is done in [`crate::call::request_guards`].
 pub async fn run(
     listener: TcpListener,
     mut config: Config,
@@ -146,8 +147,8 @@ pub async fn run(
     let local_addr = listener.local_addr()?;
     let max_connections = config
         .max_connections
-        .unwrap_or_else(connection::default_max_connections);
-    let mut incoming = connection::incoming(
+        .unwrap_or_else(fd_limit::default_max_connections);
+    let mut incoming = accept::incoming(
         listener,
         max_connections,
         ConnectionPolicy {
@@ -161,7 +162,7 @@ pub async fn run(
             window_update_budget: config.window_update_budget(),
         },
     )?;
-    let connections = Drain::new();
+    let connections = ServerDrain::new();
     let lifetime = Arc::new(Lifetime::from_config(&config));
     let mut serve = Vec::with_capacity(workers);
     for _ in 0..workers {
@@ -248,7 +249,7 @@ async fn serve_connection<S>(
     // captured by an async block and then awaited is stored twice, which
     // cost 1.4 KiB per connection (measured with massif).
     let io = TokioIo::new(connection);
-    // Connection age and idleness, and the replica header (lifetime.rs).
+    // Connection age and idleness, and the replica header (connection/age.rs).
     let peak_streams = Arc::clone(&per_call.info.peak_streams);
     let (per_call, activity) = lifetime.track(per_call, peak_streams);
     let serving = http2.serve_connection(io, TowerToHyperService::new(per_call));
@@ -374,77 +375,5 @@ where
     fn call(&mut self, mut request: http::Request<Incoming>) -> Self::Future {
         request.extensions_mut().insert(self.info.clone());
         self.service.call(request)
-    }
-}
-
-/// Binds the listening socket as tokio does (mio asks for std's backlog,
-/// 128), for the stock tonic example. When the port is taken,
-/// the error says how to choose another.
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|e| cannot_listen(addr, e))
-}
-
-/// Binds the listening socket with `config`'s listen backlog
-/// ([`crate::listen`]), as `routing-server` does.
-pub fn bind_with_backlog(addr: SocketAddr, config: &Config) -> Result<TcpListener, Error> {
-    let backlog = listen::backlog(config.listen_backlog);
-    listen::bind_std(addr, backlog)
-        .and_then(TcpListener::from_std)
-        .map_err(|e| cannot_listen(addr, e))
-}
-
-/// The error for a socket that cannot listen on `addr`; when the port is
-/// taken, it says how to choose another.
-fn cannot_listen(addr: SocketAddr, e: std::io::Error) -> Error {
-    let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
-        ": another process listens there; choose another address with --listen HOST:PORT or ROUTING_LISTEN"
-    } else {
-        ""
-    };
-    format!("cannot listen on {addr}: {e}{hint}").into()
-}
-
-/// A server running in the background on a free loopback port. Integration
-/// tests and examples use it; `routing-server` itself calls [`run`].
-#[derive(Debug)]
-pub struct LocalServer {
-    addr: SocketAddr,
-    shutdown: oneshot::Sender<()>,
-    task: JoinHandle<Result<(), Error>>,
-}
-
-impl LocalServer {
-    /// Binds `127.0.0.1:0` (ignoring `config.listen`) and starts serving.
-    pub async fn start(config: Config) -> Result<Self, Error> {
-        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-        let listener = bind_with_backlog(loopback, &config)?;
-        let addr = listener.local_addr()?;
-        let (shutdown, stop) = oneshot::channel::<()>();
-        let task = tokio::spawn(run(listener, config, async {
-            // A dropped sender also means "stop".
-            let _ = stop.await;
-        }));
-        Ok(Self {
-            addr,
-            shutdown,
-            task,
-        })
-    }
-
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// `http://127.0.0.1:PORT`, ready for `Endpoint::from_shared`.
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Starts a graceful shutdown and waits for [`run`] to return.
-    pub async fn shutdown(self) -> Result<(), Error> {
-        let _ = self.shutdown.send(());
-        self.task.await?
     }
 }

@@ -12,7 +12,7 @@
 //!   inside the connection's handshake timeout: one deadline covers the TLS
 //!   handshake and then HTTP/2's preface, SETTINGS and acknowledgement. TLS
 //!   1.3 and 1.2, ALPN `h2` only.
-//! - [`Transport`] is what [`crate::connection::Connection`] reads and
+//! - [`Transport`] is what [`crate::connection::watched::Connection`] reads and
 //!   writes: the socket, or TLS over it. The connection's policies (ping
 //!   floor, control-frame budget, GOAWAYs) sit above TLS and see plaintext
 //!   HTTP/2 frames; the byte count that tells when a response is
@@ -58,6 +58,7 @@ use tokio::{
     time::Instant,
 };
 use tokio_rustls::{LazyConfigAcceptor, server::TlsStream};
+use tokio_util::either::Either;
 
 use crate::{
     kernel_queue::{CountWrites, SentBytes},
@@ -205,7 +206,7 @@ impl ServerTls {
             plaintext: 0,
         };
         wire.mark_if_quiet();
-        Ok((Transport::Tls(Box::new(wire)), sent))
+        Ok((Either::Right(Box::new(wire)), sent))
     }
 }
 
@@ -292,13 +293,13 @@ pub fn server_config(cert: &Path, key: &Path, tickets: bool) -> Result<ServerCon
     Ok(config)
 }
 
-/// What a connection reads and writes: the socket itself, or TLS over it.
-/// Either way the socket below counts the bytes written to it.
-#[derive(Debug)]
-pub enum Transport {
-    Plain(CountWrites<TcpStream>),
-    Tls(Box<TlsWire>),
-}
+/// What a connection reads and writes: the socket itself (left), or TLS
+/// over it (right). Either way the socket below counts the bytes written to
+/// it. tokio-util's `Either` forwards every read and write, vectored ones
+/// included, to the side it holds; it is the same size as a hand-written
+/// enum, and the TLS side stays boxed, so a plaintext connection's task
+/// does not carry rustls's state.
+pub type Transport = Either<CountWrites<TcpStream>, Box<TlsWire>>;
 
 /// TLS over the counted socket, writing so that the socket's count can be
 /// turned back into plaintext ([`SentBytes::plaintext_acked`]).
@@ -309,7 +310,7 @@ pub enum Transport {
 /// and that quiet moment is recorded: the plaintext so far, and the TLS
 /// overhead so far (socket bytes minus plaintext). It costs no throughput
 /// that matters: the socket was full anyway, and the coalescing buffer
-/// above ([`crate::coalesce`]) keeps writes large.
+/// above ([`crate::connection::coalesce`]) keeps writes large.
 #[derive(Debug)]
 pub struct TlsWire {
     stream: TlsStream<CountWrites<TcpStream>>,
@@ -350,33 +351,26 @@ impl TlsWire {
     }
 }
 
-impl AsyncRead for Transport {
+impl AsyncRead for TlsWire {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
-            Self::Tls(tls) => Pin::new(&mut tls.stream).poll_read(cx, buf),
-        }
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
     }
 }
 
-impl AsyncWrite for Transport {
+impl AsyncWrite for TlsWire {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
-            Self::Tls(tls) => {
-                ready!(tls.poll_write_back(cx))?;
-                let n = ready!(Pin::new(&mut tls.stream).poll_write(cx, buf))?;
-                tls.took(n)
-            }
-        }
+        let tls = self.get_mut();
+        ready!(tls.poll_write_back(cx))?;
+        let n = ready!(Pin::new(&mut tls.stream).poll_write(cx, buf))?;
+        tls.took(n)
     }
 
     fn poll_write_vectored(
@@ -384,39 +378,25 @@ impl AsyncWrite for Transport {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
-            Self::Tls(tls) => {
-                ready!(tls.poll_write_back(cx))?;
-                let n = ready!(Pin::new(&mut tls.stream).poll_write_vectored(cx, bufs))?;
-                tls.took(n)
-            }
-        }
+        let tls = self.get_mut();
+        ready!(tls.poll_write_back(cx))?;
+        let n = ready!(Pin::new(&mut tls.stream).poll_write_vectored(cx, bufs))?;
+        tls.took(n)
     }
 
     fn is_write_vectored(&self) -> bool {
-        match self {
-            Self::Plain(tcp) => tcp.is_write_vectored(),
-            Self::Tls(tls) => tls.stream.is_write_vectored(),
-        }
+        self.stream.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
-            Self::Tls(tls) => {
-                ready!(Pin::new(&mut tls.stream).poll_flush(cx))?;
-                tls.mark_if_quiet();
-                Poll::Ready(Ok(()))
-            }
-        }
+        let tls = self.get_mut();
+        ready!(Pin::new(&mut tls.stream).poll_flush(cx))?;
+        tls.mark_if_quiet();
+        Poll::Ready(Ok(()))
     }
 
+    /// close_notify, then the socket's FIN.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
-            // close_notify, then the socket's FIN.
-            Self::Tls(tls) => Pin::new(&mut tls.stream).poll_shutdown(cx),
-        }
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }

@@ -1,5 +1,5 @@
 //! The `RoutingService` implementation: a thin adapter from gRPC to the pure
-//! logic in [`crate::quote`] and [`crate::catalog`].
+//! logic in [`crate::routing::quote`] and [`crate::routing::catalog`].
 //!
 //! [`RoutingServer`] is the service the server mounts. GetQuote goes to the
 //! generated server as usual, and its ~100-byte answers are never
@@ -29,12 +29,14 @@ use tonic::server::{Grpc, NamedService};
 use tonic::{Request, Response, Status, body::Body};
 use tower::Service;
 
-use crate::budget::ByteBudget;
-use crate::catalog::{Catalog, Page};
-use crate::connection::ConnectionInfo;
-use crate::edge::{HeldResponse, hold_until_sent, response_budget_full, response_budget_refused};
-use crate::page_codec::PageCodec;
-use crate::quote;
+use crate::call::budget::ByteBudget;
+use crate::call::info::ConnectionInfo;
+use crate::call::response_hold::{
+    HeldResponse, hold_until_sent, response_budget_full, response_budget_refused,
+};
+use crate::routing::catalog::{Catalog, Page};
+use crate::routing::page_codec::PageCodec;
+use crate::routing::quote;
 
 /// The gRPC path of ListRoutes, which [`RoutingServer`] serves itself.
 pub const LIST_ROUTES_PATH: &str = "/shipping.routing.v1.RoutingService/ListRoutes";

@@ -10,7 +10,7 @@
 //! [`Workers::start`] spawns, named `worker-0`, `worker-1` and so on (short:
 //! Linux keeps 15 bytes of a thread's name), each with its own
 //! current-thread runtime, and [`Workers::stop`] ends and joins them. The
-//! runtime that [`crate::run`] is awaited on keeps the acceptor (with
+//! runtime that [`crate::run()`] is awaited on keeps the acceptor (with
 //! health and the drain) and serves no connection, so N workers are N + 1
 //! threads. With one worker, that worker is the caller's runtime: its
 //! connections are tasks there, beside the acceptor, so `--worker-threads 1`

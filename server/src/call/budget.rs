@@ -4,7 +4,7 @@
 //! flood of calls cannot queue without bound behind a slow one. The server
 //! keeps two, one for responses being sent ([`crate::knobs::RESPONSE_BUDGET_BYTES`])
 //! and one for requests being received ([`crate::knobs::REQUEST_BUDGET_BYTES`]);
-//! [`crate::edge`] charges them.
+//! [`crate::call::response_hold`] charges them.
 //!
 //! The response budget is also shared fairly between connections
 //! ([`ByteBudget::with_connection_share`]):
@@ -36,7 +36,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::connection::{CloseRule, Closer};
+use crate::call::close::{CloseRule, Closer};
 
 /// How long a call that made a stalled holder close waits for its room: 1 s.
 /// Closing takes the connection's task one wake-up to drop its streams, so

@@ -12,8 +12,10 @@
 use std::{io, net::SocketAddr};
 
 use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::TcpListener;
 
-use crate::knobs::{LISTEN_BACKLOG_FALLBACK, SOMAXCONN_PATH};
+use crate::knobs::{Config, LISTEN_BACKLOG_FALLBACK, SOMAXCONN_PATH};
+use crate::server::error::Error;
 
 /// The backlog to ask for: `configured` if set, otherwise the kernel's
 /// `somaxconn` (read from [`SOMAXCONN_PATH`]), otherwise
@@ -58,6 +60,34 @@ pub fn bind_std(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListe
     socket.bind(&addr.into())?;
     socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
     Ok(socket.into())
+}
+
+/// Binds the listening socket as tokio does (mio asks for std's backlog,
+/// 128), for the stock tonic example. When the port is taken,
+/// the error says how to choose another.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| cannot_listen(addr, e))
+}
+
+/// Binds the listening socket with `config`'s listen backlog
+/// ([`backlog`]), as `routing-server` does.
+pub fn bind_with_backlog(addr: SocketAddr, config: &Config) -> Result<TcpListener, Error> {
+    bind_std(addr, backlog(config.listen_backlog))
+        .and_then(TcpListener::from_std)
+        .map_err(|e| cannot_listen(addr, e))
+}
+
+/// The error for a socket that cannot listen on `addr`; when the port is
+/// taken, it says how to choose another.
+fn cannot_listen(addr: SocketAddr, e: io::Error) -> Error {
+    let hint = if e.kind() == io::ErrorKind::AddrInUse {
+        ": another process listens there; choose another address with --listen HOST:PORT or ROUTING_LISTEN"
+    } else {
+        ""
+    };
+    format!("cannot listen on {addr}: {e}{hint}").into()
 }
 
 #[cfg(test)]

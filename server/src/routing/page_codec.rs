@@ -10,17 +10,20 @@
 //! A page holds only strings and nested messages, and protobuf puts both on
 //! the wire the same way (wire type 2, "length-delimited"): a key (field
 //! number and wire type), the length as a varint, then the bytes. [`Field`]
-//! is that shape, borrowing its text. The catalog's tests check the result
+//! is that shape, borrowing its text. Every field number of the response
+//! lives here (`tag`), so [`crate::routing::catalog`] stays pure data:
+//! routes, pages and masks. The catalog's tests check the result
 //! against prost's encoding of the same response for every field mask.
 
 use bytes::BufMut;
+use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
-use routing_contracts::routing::ListRoutesRequest;
+use routing_contracts::routing::{ListRoutesRequest, ListRoutesResponse, Route};
 use tonic::Status;
 use tonic::codec::{Codec, EncodeBuf, Encoder};
 use tonic_prost::ProstDecoder;
 
-use crate::catalog::Page;
+use crate::routing::catalog::{Page, RouteMask};
 
 /// One protobuf field of a response, borrowed from the catalog.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +71,98 @@ impl Field<'_> {
             Self::Text(_, text) => Some(text.len()),
             Self::Message(_, fields) => Some(fields.iter().map(Field::encoded_len).sum()),
         }
+    }
+}
+
+/// Field numbers from `routing_service.proto` and `money.proto`, for encoding
+/// a page by hand. A test checks the result against prost's own encoding.
+mod tag {
+    // `ListRoutesResponse.routes` and `.next_page_token`.
+    pub const RESPONSE_ROUTES: u32 = 1;
+    pub const RESPONSE_NEXT_PAGE_TOKEN: u32 = 2;
+    // `Route.id`, `.legs` and `.price`.
+    pub const ROUTE_ID: u32 = 1;
+    pub const ROUTE_LEGS: u32 = 2;
+    pub const ROUTE_PRICE: u32 = 3;
+    // `Leg.origin`, `.destination` and `.carrier`.
+    pub const LEG_ORIGIN: u32 = 1;
+    pub const LEG_DESTINATION: u32 = 2;
+    pub const LEG_CARRIER: u32 = 3;
+    // `Money.currency` and `.amount`.
+    pub const MONEY_CURRENCY: u32 = 1;
+    pub const MONEY_AMOUNT: u32 = 2;
+}
+
+/// A page's encoding, field by field: the fields come from the catalog's
+/// [`Page`], the field numbers from `tag`.
+impl Page {
+    /// The `ListRoutesResponse` as protobuf fields, in field-number order,
+    /// each string borrowed from the catalog.
+    pub fn fields(&self) -> Vec<Field<'_>> {
+        let routes = self
+            .routes()
+            .iter()
+            .map(|route| Field::Message(tag::RESPONSE_ROUTES, self.mask().fields(route)));
+        let token = Field::Text(tag::RESPONSE_NEXT_PAGE_TOKEN, self.next_page_token());
+        routes.chain([token]).collect()
+    }
+
+    /// Bytes the page encodes to. Cheap: it adds up lengths and reads no text,
+    /// so a caller can size or budget a response before encoding it.
+    pub fn encoded_len(&self) -> usize {
+        self.fields().iter().map(Field::encoded_len).sum()
+    }
+
+    /// Writes the page's protobuf encoding: the same bytes prost would write
+    /// for the equivalent `ListRoutesResponse`.
+    pub fn encode(&self, buf: &mut impl BufMut) {
+        for field in self.fields() {
+            field.encode(buf);
+        }
+    }
+
+    /// The page as an owned message, decoded from its own encoding: what a
+    /// client receives. This copies every selected string; the server's
+    /// ListRoutes path never calls it.
+    pub fn to_message(&self) -> ListRoutesResponse {
+        let mut bytes = Vec::with_capacity(self.encoded_len());
+        self.encode(&mut bytes);
+        ListRoutesResponse::decode(bytes.as_slice())
+            .expect("a page encodes to a valid ListRoutesResponse")
+    }
+}
+
+impl RouteMask {
+    /// The fields of `route` this mask keeps, borrowed, in field-number
+    /// order. A field that is not kept is an empty string, which proto3 leaves
+    /// off the wire. Legs are kept (as empty messages if need be) whenever any
+    /// leg field is selected, so the number of legs stays visible.
+    pub(crate) fn fields<'a>(&self, route: &'a Route) -> Vec<Field<'a>> {
+        let keep =
+            |yes: bool, tag: u32, text: &'a str| Field::Text(tag, if yes { text } else { "" });
+        let mut fields = vec![keep(self.id, tag::ROUTE_ID, &route.id)];
+        if self.leg_origin || self.leg_destination || self.leg_carrier {
+            fields.extend(route.legs.iter().map(|leg| {
+                let leg = vec![
+                    keep(self.leg_origin, tag::LEG_ORIGIN, &leg.origin),
+                    keep(self.leg_destination, tag::LEG_DESTINATION, &leg.destination),
+                    keep(self.leg_carrier, tag::LEG_CARRIER, &leg.carrier),
+                ];
+                Field::Message(tag::ROUTE_LEGS, leg)
+            }));
+        }
+        let price = route
+            .price
+            .as_ref()
+            .filter(|_| self.price_currency || self.price_amount);
+        if let Some(price) = price {
+            let price = vec![
+                keep(self.price_currency, tag::MONEY_CURRENCY, &price.currency),
+                keep(self.price_amount, tag::MONEY_AMOUNT, &price.amount),
+            ];
+            fields.push(Field::Message(tag::ROUTE_PRICE, price));
+        }
+        fields
     }
 }
 

@@ -13,19 +13,16 @@
 //!
 //! A page is never copied out of the catalog. [`Catalog::page`] answers a
 //! request with a [`Page`]: which routes, which of their fields, and the next
-//! token. The page shares the catalog, and [`crate::page_codec`] encodes the
+//! token. The page shares the catalog, and [`crate::routing::page_codec`] encodes the
 //! selected fields straight from it. Copying them into a `ListRoutesResponse`
 //! first, the obvious way, would deep-copy up to 5 MB of strings per call.
 
 use std::{fmt, ops::Range, sync::Arc};
 
-use bytes::BufMut;
-use prost::Message;
-use routing_contracts::routing::{Leg, ListRoutesRequest, ListRoutesResponse, Route};
+use routing_contracts::routing::{Leg, ListRoutesRequest, Route};
 use tonic::Status;
 
-use crate::page_codec::Field;
-use crate::quote::usd;
+use crate::routing::quote::usd;
 
 /// Routes in the catalog, `rte_001` to `rte_025`.
 pub const ROUTE_COUNT: usize = 25;
@@ -62,25 +59,6 @@ pub const MASK_PATHS: &[&str] = &[
     "routes.price.currency",
     "routes.price.amount",
 ];
-
-/// Field numbers from `routing_service.proto` and `money.proto`, for encoding
-/// a page by hand. A test checks the result against prost's own encoding.
-mod tag {
-    // `ListRoutesResponse.routes` and `.next_page_token`.
-    pub const RESPONSE_ROUTES: u32 = 1;
-    pub const RESPONSE_NEXT_PAGE_TOKEN: u32 = 2;
-    // `Route.id`, `.legs` and `.price`.
-    pub const ROUTE_ID: u32 = 1;
-    pub const ROUTE_LEGS: u32 = 2;
-    pub const ROUTE_PRICE: u32 = 3;
-    // `Leg.origin`, `.destination` and `.carrier`.
-    pub const LEG_ORIGIN: u32 = 1;
-    pub const LEG_DESTINATION: u32 = 2;
-    pub const LEG_CARRIER: u32 = 3;
-    // `Money.currency` and `.amount`.
-    pub const MONEY_CURRENCY: u32 = 1;
-    pub const MONEY_AMOUNT: u32 = 2;
-}
 
 /// What the padding of every carrier name is made of.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -171,38 +149,14 @@ impl Page {
         &self.next_page_token
     }
 
-    /// The `ListRoutesResponse` as protobuf fields, in field-number order,
-    /// each string borrowed from the catalog.
-    pub fn fields(&self) -> Vec<Field<'_>> {
-        let routes = self.catalog.routes[self.routes.clone()]
-            .iter()
-            .map(|route| Field::Message(tag::RESPONSE_ROUTES, self.mask.fields(route)));
-        let token = Field::Text(tag::RESPONSE_NEXT_PAGE_TOKEN, &self.next_page_token);
-        routes.chain([token]).collect()
+    /// The routes the page selects, borrowed from the catalog.
+    pub(crate) fn routes(&self) -> &[Route] {
+        &self.catalog.routes[self.routes.clone()]
     }
 
-    /// Bytes the page encodes to. Cheap: it adds up lengths and reads no text,
-    /// so a caller can size or budget a response before encoding it.
-    pub fn encoded_len(&self) -> usize {
-        self.fields().iter().map(Field::encoded_len).sum()
-    }
-
-    /// Writes the page's protobuf encoding: the same bytes prost would write
-    /// for the equivalent `ListRoutesResponse`.
-    pub fn encode(&self, buf: &mut impl BufMut) {
-        for field in self.fields() {
-            field.encode(buf);
-        }
-    }
-
-    /// The page as an owned message, decoded from its own encoding: what a
-    /// client receives. This copies every selected string; the server's
-    /// ListRoutes path never calls it.
-    pub fn to_message(&self) -> ListRoutesResponse {
-        let mut bytes = Vec::with_capacity(self.encoded_len());
-        self.encode(&mut bytes);
-        ListRoutesResponse::decode(bytes.as_slice())
-            .expect("a page encodes to a valid ListRoutesResponse")
+    /// Which fields of each route the page keeps.
+    pub(crate) fn mask(&self) -> &RouteMask {
+        &self.mask
     }
 }
 
@@ -295,13 +249,13 @@ fn parse_page_token(token: &str) -> Result<usize, Status> {
 
 /// Which fields of each `Route` a field mask keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct RouteMask {
-    id: bool,
-    leg_origin: bool,
-    leg_destination: bool,
-    leg_carrier: bool,
-    price_currency: bool,
-    price_amount: bool,
+pub(crate) struct RouteMask {
+    pub(crate) id: bool,
+    pub(crate) leg_origin: bool,
+    pub(crate) leg_destination: bool,
+    pub(crate) leg_carrier: bool,
+    pub(crate) price_currency: bool,
+    pub(crate) price_amount: bool,
 }
 
 impl RouteMask {
@@ -351,43 +305,13 @@ impl RouteMask {
         }
         Ok(m)
     }
-
-    /// The fields of `route` this mask keeps, borrowed, in field-number
-    /// order. A field that is not kept is an empty string, which proto3 leaves
-    /// off the wire. Legs are kept (as empty messages if need be) whenever any
-    /// leg field is selected, so the number of legs stays visible.
-    fn fields<'a>(&self, route: &'a Route) -> Vec<Field<'a>> {
-        let keep =
-            |yes: bool, tag: u32, text: &'a str| Field::Text(tag, if yes { text } else { "" });
-        let mut fields = vec![keep(self.id, tag::ROUTE_ID, &route.id)];
-        if self.leg_origin || self.leg_destination || self.leg_carrier {
-            fields.extend(route.legs.iter().map(|leg| {
-                let leg = vec![
-                    keep(self.leg_origin, tag::LEG_ORIGIN, &leg.origin),
-                    keep(self.leg_destination, tag::LEG_DESTINATION, &leg.destination),
-                    keep(self.leg_carrier, tag::LEG_CARRIER, &leg.carrier),
-                ];
-                Field::Message(tag::ROUTE_LEGS, leg)
-            }));
-        }
-        let price = route
-            .price
-            .as_ref()
-            .filter(|_| self.price_currency || self.price_amount);
-        if let Some(price) = price {
-            let price = vec![
-                keep(self.price_currency, tag::MONEY_CURRENCY, &price.currency),
-                keep(self.price_amount, tag::MONEY_AMOUNT, &price.amount),
-            ];
-            fields.push(Field::Message(tag::ROUTE_PRICE, price));
-        }
-        fields
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use prost::Message;
     use prost_types::FieldMask;
+    use routing_contracts::routing::ListRoutesResponse;
     use routing_contracts::types::Money;
 
     use super::*;

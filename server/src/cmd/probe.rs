@@ -8,7 +8,7 @@ use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
 
-use crate::server::Error;
+use crate::server::error::Error;
 
 /// Asks `addr` (`host:port`) for the overall health (service `""`) and returns
 /// the status it reports. Connecting and the call share one `timeout`.

@@ -100,8 +100,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("dev-cert-test-{}", std::process::id()));
         let made = generate(&SERVER_NAMES).expect("generated");
         made.write_to(&dir).expect("written");
-        let config =
-            crate::tls::server_config(&dir.join("server.pem"), &dir.join("server.key"), true);
+        let config = crate::connection::tls::server_config(
+            &dir.join("server.pem"),
+            &dir.join("server.key"),
+            true,
+        );
         assert!(config.is_ok(), "{config:?}");
         assert_eq!(made.ca_pem.matches("BEGIN CERTIFICATE").count(), 1);
         fs::remove_dir_all(&dir).expect("cleaned up");

@@ -1,9 +1,9 @@
 //! How long a connection lives: a maximum age and a maximum idle time, as
 //! gRFC A9 ("server-side connection management") specifies them and
 //! grpc-go's `keepalive.ServerParameters` implements them
-//! (`MaxConnectionAge`, `MaxConnectionAgeGrace`, `MaxConnectionIdle`); and
-//! the `routing-replica` response header that names the replica serving a
-//! call.
+//! (`MaxConnectionAge`, `MaxConnectionAgeGrace`, `MaxConnectionIdle`).
+//! [`Tracked`] also adds the `routing-replica` response header
+//! ([`crate::routing::replica`]), so the two cost one wrapper per call.
 //!
 //! Why a server ends healthy connections: behind an L4 load balancer (a
 //! Kubernetes Service, a cloud TCP balancer, HAProxy in `mode tcp`) one
@@ -44,7 +44,7 @@
 //! Age and idle are off by default, as in grpc-go (see
 //! [`crate::knobs::MAX_CONNECTION_AGE`]); idle after a burst is on (see
 //! [`crate::knobs::MAX_IDLE_AFTER_BURST`]). The server's own drain on
-//! SIGTERM ([`Drain`]) sends the same graceful GOAWAY, and waits for every
+//! SIGTERM ([`crate::connection::drain::ServerDrain`]) sends the same graceful GOAWAY, and waits for every
 //! connection, aged or not.
 
 use std::{
@@ -64,34 +64,13 @@ use bytes::Bytes;
 use http::HeaderValue;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper_util::server::graceful::GracefulConnection;
-use tokio::{
-    sync::{Notify, watch},
-    time::Instant,
-};
+use tokio::{sync::Notify, time::Instant};
 use tonic::body::Body;
 use tower::Service;
 
+use crate::connection::drain::DrainWatcher;
 use crate::knobs::{Config, MAX_CONNECTION_AGE_JITTER};
-
-/// The header every response carries when `--replica NAME` is set.
-pub const REPLICA_HEADER: &str = "routing-replica";
-
-/// Where `--replica-hostname` reads this host's name: the kernel's, as
-/// `hostname` prints it, which is each container's (or pod's) own.
-const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
-
-/// The replica's name: `--replica`, or with `--replica-hostname` this
-/// host's name, checked as `--replica` is (1 to 64 visible ASCII characters).
-pub fn replica_name(config: &Config) -> Result<Option<String>, String> {
-    if !config.replica_hostname {
-        return Ok(config.replica.clone());
-    }
-    let text = std::fs::read_to_string(HOSTNAME_FILE)
-        .map_err(|e| format!("--replica-hostname: cannot read {HOSTNAME_FILE}: {e}"))?;
-    crate::knobs::replica_name(&text)
-        .map(Some)
-        .map_err(|e| format!("--replica-hostname: this host's name {e}"))
-}
+use crate::routing::replica::REPLICA_HEADER;
 
 /// The lifetime rules of every connection, and the replica's name.
 #[derive(Debug, Clone, Default)]
@@ -133,7 +112,7 @@ impl Lifetime {
     /// rule needs them, and names the replica on every response. Without
     /// either, calls pass through untouched. `peak_streams` is the
     /// connection's own count of streams open at once, on the wire
-    /// ([`crate::connection::ConnectionInfo::peak_streams`]).
+    /// ([`crate::call::info::ConnectionInfo::peak_streams`]).
     pub fn track<S>(
         &self,
         service: S,
@@ -367,58 +346,6 @@ impl HttpBody for GuardedBody {
     }
 }
 
-/// The server-wide drain: [`Drain::shutdown`] sends every connection the
-/// graceful GOAWAY, then waits until each has ended. It does what
-/// hyper-util's `GracefulShutdown` does, which can only watch hyper's own
-/// connection types, so a connection could not also be sent away on its
-/// own, by age or idleness.
-#[derive(Debug)]
-pub struct Drain {
-    tx: watch::Sender<()>,
-}
-
-/// One connection's view of the [`Drain`]; held until the connection ends.
-#[derive(Debug)]
-pub struct DrainWatcher {
-    rx: watch::Receiver<()>,
-}
-
-impl Default for Drain {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Drain {
-    pub fn new() -> Self {
-        Self {
-            tx: watch::Sender::new(()),
-        }
-    }
-
-    /// A watcher for one more connection. Made before the connection is
-    /// handed to its worker, so the drain also waits for it on its way.
-    pub fn watcher(&self) -> DrainWatcher {
-        DrainWatcher {
-            rx: self.tx.subscribe(),
-        }
-    }
-
-    /// Signals every connection, then waits until every watcher is gone.
-    pub async fn shutdown(self) {
-        let _ = self.tx.send(());
-        self.tx.closed().await;
-    }
-}
-
-impl DrainWatcher {
-    /// Completes once the drain has started: for a connection that has no
-    /// HTTP/2 connection yet to send a GOAWAY on.
-    pub async fn draining(&mut self) {
-        let _ = self.rx.changed().await;
-    }
-}
-
 /// Why a connection was sent away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GoingAway {
@@ -515,28 +442,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Given --replica-hostname, then the replica is named by the kernel's
-    /// host name, trimmed; given --replica alone, by that name.
-    #[test]
-    fn replica_hostname_names_the_replica_by_this_hosts_name() {
-        let by_host = Config {
-            replica_hostname: true,
-            ..Config::default()
-        };
-        match std::fs::read_to_string(HOSTNAME_FILE) {
-            Ok(host) => assert_eq!(
-                replica_name(&by_host).expect("a host name").as_deref(),
-                Some(host.trim())
-            ),
-            Err(_) => assert!(replica_name(&by_host).is_err(), "no {HOSTNAME_FILE} here"),
-        }
-        let named = Config {
-            replica: Some("replica-a".into()),
-            ..Config::default()
-        };
-        assert_eq!(replica_name(&named), Ok(Some("replica-a".into())));
-    }
 
     /// Given the ends of the random draw and a thousand draws in between,
     /// then a 3 s age always becomes between 2.7 s and 3.3 s, and the

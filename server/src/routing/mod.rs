@@ -1,0 +1,11 @@
+//! The chapter's service: `GetQuote` ([`quote`]) and `ListRoutes` over the
+//! padded catalog ([`catalog`], encoded by [`page_codec`]), behind the gRPC
+//! adapter ([`service`]); [`replica`] names the replica that answers.
+//! `server/examples/tonic_server.rs` serves the same logic with tonic's own
+//! `Server`.
+
+pub mod catalog;
+pub mod page_codec;
+pub mod quote;
+pub mod replica;
+pub mod service;
