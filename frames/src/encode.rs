@@ -9,7 +9,7 @@ use crate::{HEADER_LEN, MAX_PAYLOAD_LEN, MAX_WINDOW, Reason, flag, kind};
 /// Appends one frame: the 9-byte header, then `payload`. Panics only if
 /// `payload` is longer than the 24-bit length field can say, which no
 /// caller in this workspace can produce.
-pub fn encode(dst: &mut impl BufMut, kind: u8, flags: u8, stream_id: u32, payload: &[u8]) {
+pub fn encode_into(dst: &mut impl BufMut, kind: u8, flags: u8, stream_id: u32, payload: &[u8]) {
     assert!(
         payload.len() <= MAX_PAYLOAD_LEN,
         "frame payload of {} bytes does not fit 24 bits",
@@ -26,7 +26,7 @@ pub fn encode(dst: &mut impl BufMut, kind: u8, flags: u8, stream_id: u32, payloa
 /// One whole frame as bytes: header, then `payload`.
 pub fn encode_frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
     let mut frame = Vec::with_capacity(HEADER_LEN + payload.len());
-    encode(&mut frame, kind, flags, stream_id, payload);
+    encode_into(&mut frame, kind, flags, stream_id, payload);
     frame
 }
 
@@ -37,23 +37,23 @@ pub fn encode_settings(dst: &mut impl BufMut, pairs: &[(u16, u32)]) {
         payload.put_u16(id);
         payload.put_u32(value);
     }
-    encode(dst, kind::SETTINGS, 0, 0, &payload);
+    encode_into(dst, kind::SETTINGS, 0, 0, &payload);
 }
 
 pub fn encode_settings_ack(dst: &mut impl BufMut) {
-    encode(dst, kind::SETTINGS, flag::ACK, 0, &[]);
+    encode_into(dst, kind::SETTINGS, flag::ACK, 0, &[]);
 }
 
 pub fn encode_ping(dst: &mut impl BufMut, payload: [u8; 8], ack: bool) {
     let flags = if ack { flag::ACK } else { 0 };
-    encode(dst, kind::PING, flags, 0, &payload);
+    encode_into(dst, kind::PING, flags, 0, &payload);
 }
 
 /// WINDOW_UPDATE on `stream_id` (0 for the connection). The reserved bit is
 /// cleared, but the increment is otherwise sent as given, so 0 or an
 /// overflowing increment can be sent on purpose.
 pub fn encode_window_update(dst: &mut impl BufMut, stream_id: u32, increment: u32) {
-    encode(
+    encode_into(
         dst,
         kind::WINDOW_UPDATE,
         0,
@@ -63,7 +63,7 @@ pub fn encode_window_update(dst: &mut impl BufMut, stream_id: u32, increment: u3
 }
 
 pub fn encode_rst_stream(dst: &mut impl BufMut, stream_id: u32, code: Reason) {
-    encode(
+    encode_into(
         dst,
         kind::RST_STREAM,
         0,
@@ -79,7 +79,7 @@ pub fn encode_goaway(dst: &mut impl BufMut, last_stream_id: u32, code: Reason, d
     payload.put_u32(last_stream_id & MAX_WINDOW);
     payload.put_u32(code.into());
     payload.put_slice(debug);
-    encode(dst, kind::GOAWAY, 0, 0, &payload);
+    encode_into(dst, kind::GOAWAY, 0, 0, &payload);
 }
 
 /// DATA frames carrying `data`, split at `max_frame` bytes. Only the last
@@ -95,7 +95,7 @@ pub fn encode_data(
     let mut chunks = data.chunks(max_frame).peekable();
     if chunks.peek().is_none() {
         let flags = if end_stream { flag::END_STREAM } else { 0 };
-        encode(dst, kind::DATA, flags, stream_id, &[]);
+        encode_into(dst, kind::DATA, flags, stream_id, &[]);
         return;
     }
     while let Some(chunk) = chunks.next() {
@@ -105,7 +105,7 @@ pub fn encode_data(
         } else {
             0
         };
-        encode(dst, kind::DATA, flags, stream_id, chunk);
+        encode_into(dst, kind::DATA, flags, stream_id, chunk);
     }
 }
 
@@ -125,7 +125,7 @@ pub fn encode_headers(
     if rest.is_empty() {
         flags |= flag::END_HEADERS;
     }
-    encode(dst, kind::HEADERS, flags, stream_id, first);
+    encode_into(dst, kind::HEADERS, flags, stream_id, first);
     while !rest.is_empty() {
         let (chunk, tail) = rest.split_at(rest.len().min(max_frame));
         let flags = if tail.is_empty() {
@@ -133,7 +133,7 @@ pub fn encode_headers(
         } else {
             0
         };
-        encode(dst, kind::CONTINUATION, flags, stream_id, chunk);
+        encode_into(dst, kind::CONTINUATION, flags, stream_id, chunk);
         rest = tail;
     }
 }
@@ -157,7 +157,7 @@ mod tests {
     #[test]
     fn a_frame_is_the_same_bytes_in_any_buffer() {
         let mut out = BytesMut::new();
-        encode(&mut out, kind::DATA, flag::END_STREAM, 3, b"abc");
+        encode_into(&mut out, kind::DATA, flag::END_STREAM, 3, b"abc");
         assert_eq!(
             encode_frame(kind::DATA, flag::END_STREAM, 3, b"abc"),
             out.as_ref()

@@ -34,7 +34,7 @@ pub mod tracker;
 
 pub use decode::{DecodedFrame, FrameDecoder, MalformedFrame};
 pub use encode::{
-    encode, encode_data, encode_frame, encode_goaway, encode_headers, encode_ping,
+    encode_data, encode_frame, encode_goaway, encode_headers, encode_into, encode_ping,
     encode_rst_stream, encode_settings, encode_settings_ack, encode_window_update,
 };
 pub use goaway::GoAway;

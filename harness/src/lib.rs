@@ -27,7 +27,7 @@
 //!   p99 shows collateral damage ([`measure::probe`]), and nearest-rank
 //!   percentiles ([`measure::latency`]).
 //! - [`attacks`]: the attacks, one module each, and their report line.
-//! - [`bench`]: the benchmark runs and their table, and `bench --tls-target`
+//! - [`bench`](mod@bench): the benchmark runs and their table, and `bench --tls-target`
 //!   ([`bench::tls`]): what TLS costs a reused connection.
 //! - [`folklore`]: `bench folklore`, which starts routing-server, stock
 //!   tonic and the grpc-go peer and measures the folklore of
