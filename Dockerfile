@@ -25,6 +25,7 @@ COPY Cargo.toml Cargo.lock ./
 # one left out breaks this build (server/tests/dockerfile.rs checks it).
 COPY contracts contracts
 COPY frames frames
+COPY peer peer
 COPY server server
 COPY clients clients
 COPY harness harness

@@ -42,6 +42,7 @@ use tokio::{
     net::TcpStream,
     sync::watch,
 };
+use tokio_util::either::Either;
 
 use h2_frames::{Frame, FrameTracker, GoAway, flag, kind};
 
@@ -233,16 +234,16 @@ impl tower::Service<Uri> for CountingConnector {
             stream.set_nodelay(true)?;
             tracing::debug!(%uri, local = ?stream.local_addr().ok(), "connection opened");
             let wire = match link {
-                None => Wire::Direct(stream),
-                Some(link) => Wire::Linked(link.connect(stream).await),
+                None => Either::Left(stream),
+                Some(link) => Either::Right(link.connect(stream).await),
             };
             let socket = SocketCount {
                 inner: wire,
                 counters: Arc::clone(&counters),
             };
             let inner = match tls {
-                None => Transport::Plain(socket),
-                Some(tls) => Transport::Tls(Box::new(tls.connect(socket).await?)),
+                None => Either::Left(socket),
+                Some(tls) => Either::Right(Box::new(tls.connect(socket).await?)),
             };
             counters.connections.fetch_add(1, Ordering::Relaxed);
             Ok(TokioIo::new(CountingStream {
@@ -272,13 +273,9 @@ pub struct CountingStream {
     windows: WindowTracker,
 }
 
-/// What a counted connection runs on: the TCP stream itself, or the near
-/// side of an emulated link in front of it.
-#[derive(Debug)]
-enum Wire {
-    Direct(TcpStream),
-    Linked(LinkedStream),
-}
+/// What a counted connection runs on: the TCP stream itself (`Left`), or
+/// the near side of an emulated link in front of it (`Right`).
+type Wire = Either<TcpStream, LinkedStream>;
 
 /// The socket (or link) with its bytes counted as they cross it.
 #[derive(Debug)]
@@ -287,73 +284,10 @@ struct SocketCount {
     counters: Arc<Counters>,
 }
 
-/// What the frames are read from and written to: the counted socket, or
-/// TLS over it.
-#[derive(Debug)]
-enum Transport {
-    Plain(SocketCount),
-    Tls(Box<tokio_rustls::client::TlsStream<SocketCount>>),
-}
-
-/// Both enums forward every call to whichever stream they hold.
-macro_rules! forward_io {
-    ($type:ty, $($variant:ident),+) => {
-        impl AsyncRead for $type {
-            fn poll_read(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                buf: &mut ReadBuf<'_>,
-            ) -> Poll<io::Result<()>> {
-                match self.get_mut() {
-                    $(Self::$variant(s) => Pin::new(s).poll_read(cx, buf),)+
-                }
-            }
-        }
-
-        impl AsyncWrite for $type {
-            fn poll_write(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                buf: &[u8],
-            ) -> Poll<io::Result<usize>> {
-                match self.get_mut() {
-                    $(Self::$variant(s) => Pin::new(s).poll_write(cx, buf),)+
-                }
-            }
-
-            fn poll_write_vectored(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                bufs: &[io::IoSlice<'_>],
-            ) -> Poll<io::Result<usize>> {
-                match self.get_mut() {
-                    $(Self::$variant(s) => Pin::new(s).poll_write_vectored(cx, bufs),)+
-                }
-            }
-
-            fn is_write_vectored(&self) -> bool {
-                match self {
-                    $(Self::$variant(s) => s.is_write_vectored(),)+
-                }
-            }
-
-            fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                match self.get_mut() {
-                    $(Self::$variant(s) => Pin::new(s).poll_flush(cx),)+
-                }
-            }
-
-            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                match self.get_mut() {
-                    $(Self::$variant(s) => Pin::new(s).poll_shutdown(cx),)+
-                }
-            }
-        }
-    };
-}
-
-forward_io!(Wire, Direct, Linked);
-forward_io!(Transport, Plain, Tls);
+/// What the frames are read from and written to: the counted socket
+/// (`Left`), or TLS over it (`Right`). TLS sits above the count, so the
+/// counters see the bytes TLS puts on the wire, records and all.
+type Transport = Either<SocketCount, Box<tokio_rustls::client::TlsStream<SocketCount>>>;
 
 impl AsyncRead for SocketCount {
     fn poll_read(
@@ -589,7 +523,7 @@ pub(crate) mod tests {
     /// sent, one received, and reports the GOAWAY with the two PINGs before it.
     #[tokio::test]
     async fn sees_pings_and_the_goaway_through_split_reads() {
-        use h2_frames::{PREFACE as CLIENT_PREFACE, error_code::ENHANCE_YOUR_CALM};
+        use h2_frames::{PREFACE as CLIENT_PREFACE, Reason};
 
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
@@ -628,7 +562,7 @@ pub(crate) mod tests {
         .await
         .expect("the GOAWAY was recorded");
 
-        assert_eq!(goaway.frame.error_code, ENHANCE_YOUR_CALM);
+        assert_eq!(goaway.frame.error_code, Reason::ENHANCE_YOUR_CALM);
         assert!(goaway.frame.is_too_many_pings(), "{goaway:?}");
         assert_eq!(goaway.pings_sent_before, 2);
         let seen = connector.snapshot();

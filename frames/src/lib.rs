@@ -1,19 +1,48 @@
-//! HTTP/2 framing, just enough to watch a connection go by (RFC 9113 §3.4
-//! and §4.1): the 24-byte client preface, then frames that each start with a
-//! 9-byte header (length, type, flags, stream id).
+//! HTTP/2 framing as this workspace speaks it (RFC 9113 §3.4, §4 and §6):
+//! the 24-byte client preface, then frames that each start with a 9-byte
+//! header (length, type, flags, stream id). One vocabulary for every crate
+//! that looks at frames: the server's connection policies, the clients'
+//! counting connector, and the harness's raw HTTP/2 client.
 //!
-//! [`FrameTracker`] follows one direction of a connection across reads split
-//! anywhere, reports each frame as it completes, and skips payloads by
-//! arithmetic, so watching costs nothing per byte. It keeps the payload of
-//! the kinds of frame it is asked to (the clients keep GOAWAY's debug data,
-//! and the SETTINGS and WINDOW_UPDATE frames they send).
+//! Error codes are h2's [`Reason`] (re-exported here), so a GOAWAY read off
+//! the wire and an error h2 reports name their code the same way
+//! ([`reason_name`]).
 //!
-//! Two users share it:
-//! - the server's connection policies (`server/src/connection.rs`) police
-//!   PINGs and control frames, and write a GOAWAY only between two
-//!   outgoing frames;
-//! - the clients' counting connector (`clients/src/wire.rs`) counts PINGs and
-//!   reads the GOAWAY tonic never shows its caller.
+//! # Layout
+//! - this file: the preface, the frame types, flags and SETTINGS
+//!   identifiers, the 9-byte [`FrameHeader`], and error-code names.
+//! - [`tracker`]: [`FrameTracker`], which follows one direction of a
+//!   connection across reads split anywhere, reports each frame as it
+//!   completes and skips payloads by arithmetic, so watching costs nothing
+//!   per byte (the server's policies, the clients' connector).
+//! - [`decode`]: [`FrameDecoder`], which reassembles whole frames from reads
+//!   split anywhere and keeps their payloads ([`DecodedFrame`]), for a
+//!   client that must read what it is sent (the harness).
+//! - [`payload`]: the payloads both read: SETTINGS entries and a
+//!   WINDOW_UPDATE increment.
+//! - [`goaway`]: [`GoAway`], parsed and encoded, with the debug data this
+//!   server sends (`too_many_pings`, ...).
+//! - [`encode`]: one encoder family, every frame type, into any buffer.
+//!
+//! Pure code with no I/O, so every rule is unit-tested on split reads.
+
+pub mod decode;
+pub mod encode;
+pub mod goaway;
+pub mod payload;
+pub mod tracker;
+
+pub use decode::{DecodedFrame, FrameDecoder, MalformedFrame};
+pub use encode::{
+    encode_data, encode_frame, encode_goaway, encode_headers, encode_into, encode_ping,
+    encode_rst_stream, encode_settings, encode_settings_ack, encode_window_update,
+};
+pub use goaway::GoAway;
+/// HTTP/2 error codes (RFC 9113 §7), as h2 names them: the workspace's one
+/// table of error codes.
+pub use h2::Reason;
+pub use payload::{settings, window_increment};
+pub use tracker::{Frame, FrameTracker};
 
 /// What every HTTP/2 client sends first.
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -23,8 +52,14 @@ pub const HEADER_LEN: usize = 9;
 /// at this many bytes until SETTINGS or WINDOW_UPDATE frames change it
 /// (RFC 9113 §6.9.2).
 pub const DEFAULT_WINDOW: u32 = 65_535;
-/// One setting in a SETTINGS payload: a 2-byte identifier, a 4-byte value.
-const SETTING_LEN: usize = 6;
+/// The largest payload the 24-bit length field can announce. The decoder
+/// accepts up to this, so a peer that ignores our SETTINGS_MAX_FRAME_SIZE is
+/// reported rather than mis-parsed.
+pub const MAX_PAYLOAD_LEN: usize = (1 << 24) - 1;
+/// Largest flow-control window (§6.9.1): a WINDOW_UPDATE past it is an
+/// error. Also the mask of a 31-bit stream id or increment (the top bit is
+/// reserved).
+pub const MAX_WINDOW: u32 = (1 << 31) - 1;
 
 /// Frame types (RFC 9113 §6).
 pub mod kind {
@@ -78,40 +113,16 @@ pub mod setting {
     pub const MAX_HEADER_LIST_SIZE: u16 = 0x6;
 }
 
-/// GOAWAY and RST_STREAM error codes (RFC 9113 §7).
-pub mod error_code {
-    /// "The endpoint detected that its peer is exhibiting a behavior that
-    /// might be generating excessive load."
-    pub const ENHANCE_YOUR_CALM: u32 = 0xb;
-
-    const NAMES: [&str; 14] = [
-        "NO_ERROR",
-        "PROTOCOL_ERROR",
-        "INTERNAL_ERROR",
-        "FLOW_CONTROL_ERROR",
-        "SETTINGS_TIMEOUT",
-        "STREAM_CLOSED",
-        "FRAME_SIZE_ERROR",
-        "REFUSED_STREAM",
-        "CANCEL",
-        "COMPRESSION_ERROR",
-        "CONNECT_ERROR",
-        "ENHANCE_YOUR_CALM",
-        "INADEQUATE_SECURITY",
-        "HTTP_1_1_REQUIRED",
-    ];
-
-    /// The RFC's name for a code, e.g. `ENHANCE_YOUR_CALM`, if it has one.
-    pub fn known_name(code: u32) -> Option<&'static str> {
-        usize::try_from(code)
-            .ok()
-            .and_then(|i| NAMES.get(i))
-            .copied()
-    }
-
-    /// The RFC's name for a code; hex if unknown.
-    pub fn name(code: u32) -> String {
-        known_name(code).map_or_else(|| format!("0x{code:x}"), str::to_string)
+/// The RFC's name for an error code, e.g. `ENHANCE_YOUR_CALM`, as h2's
+/// `Debug` spells it; hex (`0x42`) for a code the RFC does not name. Not
+/// `Reason`'s `Display`, which is a sentence ("detected excessive load
+/// generating behavior"): reports and JSON carry the name.
+pub fn reason_name(reason: Reason) -> String {
+    let code = u32::from(reason);
+    if code > u32::from(Reason::HTTP_1_1_REQUIRED) {
+        format!("0x{code:x}")
+    } else {
+        format!("{reason:?}")
     }
 }
 
@@ -127,12 +138,13 @@ pub struct FrameHeader {
 }
 
 impl FrameHeader {
-    fn parse(b: &[u8; HEADER_LEN]) -> Self {
+    /// Reads the 9 header bytes; the reserved bit of the stream id is dropped.
+    pub fn parse(b: &[u8; HEADER_LEN]) -> Self {
         Self {
             len: u32::from_be_bytes([0, b[0], b[1], b[2]]),
             kind: b[3],
             flags: b[4],
-            stream_id: u32::from_be_bytes([b[5], b[6], b[7], b[8]]) & 0x7fff_ffff,
+            stream_id: u32::from_be_bytes([b[5], b[6], b[7], b[8]]) & MAX_WINDOW,
         }
     }
 
@@ -141,439 +153,24 @@ impl FrameHeader {
     }
 }
 
-/// One whole frame as bytes: header, then `payload`.
-pub fn encode_frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
-    let len = u32::try_from(payload.len()).expect("a frame payload fits 24 bits");
-    let mut frame = Vec::with_capacity(HEADER_LEN + payload.len());
-    frame.extend_from_slice(&len.to_be_bytes()[1..]);
-    frame.extend_from_slice(&[kind, flags]);
-    frame.extend_from_slice(&(stream_id & 0x7fff_ffff).to_be_bytes());
-    frame.extend_from_slice(payload);
-    frame
-}
-
-/// A frame the tracker has seen in full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frame<'a> {
-    pub header: FrameHeader,
-    /// The start of the payload, for the kinds the tracker keeps
-    /// ([`FrameTracker::keeping`]); empty for every other kind.
-    pub kept: &'a [u8],
-}
-
-/// Follows one direction of an HTTP/2 connection byte by byte.
-#[derive(Debug, Clone, Default)]
-pub struct FrameTracker {
-    /// Preface bytes still expected (client-to-server direction only).
-    preface_left: usize,
-    /// The frame header being collected, possibly across several reads.
-    header: [u8; HEADER_LEN],
-    header_filled: usize,
-    /// The current frame's header, once complete.
-    current: Option<FrameHeader>,
-    /// Payload bytes of the current frame not seen yet.
-    payload_left: usize,
-    /// Frames seen in full, header and payload.
-    frames_done: u64,
-    /// Which kinds of frame to keep the payload of, and at most how much.
-    keep: Vec<(u8, usize)>,
-    kept: Vec<u8>,
-}
-
-impl FrameTracker {
-    /// The client-to-server direction, which starts with [`PREFACE`].
-    pub fn client_to_server() -> Self {
-        Self {
-            preface_left: PREFACE.len(),
-            ..Self::default()
-        }
-    }
-
-    /// The server-to-client direction, which starts with a frame.
-    pub fn server_to_client() -> Self {
-        Self::default()
-    }
-
-    /// Also keeps up to `at_most` payload bytes of every frame of `kind`,
-    /// handed over in [`Frame::kept`]. Call it once per kind to keep
-    /// several kinds.
-    pub fn keeping(mut self, kind: u8, at_most: usize) -> Self {
-        self.keep.retain(|&(kept, _)| kept != kind);
-        self.keep.push((kind, at_most));
-        self
-    }
-
-    /// Frames seen in full so far. After the preface the first frame must be
-    /// SETTINGS, so 1 means the peer's handshake has arrived.
-    pub fn frames_done(&self) -> u64 {
-        self.frames_done
-    }
-
-    /// True between two frames: the next byte starts a frame header.
-    pub fn at_boundary(&self) -> bool {
-        self.preface_left == 0 && self.header_filled == 0 && self.current.is_none()
-    }
-
-    /// Follows `bytes` and calls `on_frame` for every frame completed.
-    pub fn feed(&mut self, mut bytes: &[u8], mut on_frame: impl FnMut(Frame<'_>)) {
-        while !bytes.is_empty() {
-            let (used, completed) = self.step(bytes);
-            bytes = &bytes[used..];
-            if let Some(header) = completed {
-                on_frame(Frame {
-                    header,
-                    kept: &self.kept,
-                });
-                self.kept.clear();
-            }
-        }
-    }
-
-    /// How many leading bytes of `bytes` finish the current frame: 0 at a
-    /// boundary, all of them if the frame goes on past their end.
-    pub fn until_boundary(&self, bytes: &[u8]) -> usize {
-        let mut ahead = Self {
-            keep: Vec::new(),
-            kept: Vec::new(),
-            ..self.clone()
-        };
-        let mut used = 0;
-        while !ahead.at_boundary() && used < bytes.len() {
-            used += ahead.step(&bytes[used..]).0;
-        }
-        used
-    }
-
-    /// Consumes one piece: part of the preface, of a header, or of a
-    /// payload. Returns the bytes used, and the header of a frame it completed.
-    fn step(&mut self, bytes: &[u8]) -> (usize, Option<FrameHeader>) {
-        if self.preface_left > 0 {
-            let used = self.preface_left.min(bytes.len());
-            self.preface_left -= used;
-            return (used, None);
-        }
-        if let Some(header) = self.current {
-            let used = self.payload_left.min(bytes.len());
-            if let Some(&(_, at_most)) = self.keep.iter().find(|(kind, _)| *kind == header.kind) {
-                let room = at_most.saturating_sub(self.kept.len());
-                self.kept.extend_from_slice(&bytes[..used.min(room)]);
-            }
-            self.payload_left -= used;
-            return (used, self.finish_if_done());
-        }
-        let used = (HEADER_LEN - self.header_filled).min(bytes.len());
-        self.header[self.header_filled..self.header_filled + used].copy_from_slice(&bytes[..used]);
-        self.header_filled += used;
-        if self.header_filled < HEADER_LEN {
-            return (used, None);
-        }
-        self.header_filled = 0;
-        let header = FrameHeader::parse(&self.header);
-        self.current = Some(header);
-        self.payload_left = header.len as usize;
-        (used, self.finish_if_done())
-    }
-
-    fn finish_if_done(&mut self) -> Option<FrameHeader> {
-        if self.payload_left > 0 {
-            return None;
-        }
-        self.frames_done += 1;
-        self.current.take()
-    }
-}
-
-/// A GOAWAY: no new streams above `last_stream_id`, `error_code` says why,
-/// and `debug_data` says it in words other stacks understand (`too_many_pings`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GoAway {
-    pub last_stream_id: u32,
-    pub error_code: u32,
-    pub debug_data: Vec<u8>,
-}
-
-impl GoAway {
-    /// The debug data gRPC clients look for (gRFC A8).
-    pub const TOO_MANY_PINGS: &'static [u8] = b"too_many_pings";
-
-    /// What this server sends a client whose control frames make no
-    /// progress (WINDOW_UPDATEs on closed streams, SETTINGS floods).
-    pub const TOO_MANY_CONTROL_FRAMES: &'static [u8] = b"too_many_control_frames";
-
-    /// What this server sends a client whose WINDOW_UPDATEs on open
-    /// streams and on the connection outnumber what the DATA it was sent
-    /// could call for.
-    pub const TOO_MANY_WINDOW_UPDATES: &'static [u8] = b"too_many_window_updates";
-
-    /// What gRPC servers send a client that pings too often.
-    pub fn too_many_pings(last_stream_id: u32) -> Self {
-        Self::enhance_your_calm(last_stream_id, Self::TOO_MANY_PINGS)
-    }
-
-    /// What this server sends past its control-frame budget.
-    pub fn too_many_control_frames(last_stream_id: u32) -> Self {
-        Self::enhance_your_calm(last_stream_id, Self::TOO_MANY_CONTROL_FRAMES)
-    }
-
-    /// What this server sends a connection it closes because a response
-    /// on it missed its send deadline.
-    pub const SEND_DEADLINE: &'static [u8] = b"send_deadline";
-
-    /// What this server sends a stalled connection it closes to make room
-    /// in a full response budget.
-    pub const STALLED_HOLDER: &'static [u8] = b"stalled_holder";
-
-    /// What this server sends past its window-update budget.
-    pub fn too_many_window_updates(last_stream_id: u32) -> Self {
-        Self::enhance_your_calm(last_stream_id, Self::TOO_MANY_WINDOW_UPDATES)
-    }
-
-    /// `ENHANCE_YOUR_CALM`, with `debug_data` naming the rule broken.
-    pub fn enhance_your_calm(last_stream_id: u32, debug_data: &[u8]) -> Self {
-        Self {
-            last_stream_id,
-            error_code: error_code::ENHANCE_YOUR_CALM,
-            debug_data: debug_data.to_vec(),
-        }
-    }
-
-    pub fn is_too_many_pings(&self) -> bool {
-        self.error_code == error_code::ENHANCE_YOUR_CALM && self.debug_data == Self::TOO_MANY_PINGS
-    }
-
-    /// Reads a GOAWAY payload (header excluded); `None` if it is too short.
-    pub fn parse(payload: &[u8]) -> Option<Self> {
-        let word = |at: usize| -> Option<u32> {
-            Some(u32::from_be_bytes(
-                payload.get(at..at + 4)?.try_into().ok()?,
-            ))
-        };
-        Some(Self {
-            last_stream_id: word(0)? & 0x7fff_ffff,
-            error_code: word(4)?,
-            debug_data: payload[8..].to_vec(),
-        })
-    }
-
-    /// The whole frame, header included, ready to write.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut payload = Vec::with_capacity(8 + self.debug_data.len());
-        payload.extend_from_slice(&(self.last_stream_id & 0x7fff_ffff).to_be_bytes());
-        payload.extend_from_slice(&self.error_code.to_be_bytes());
-        payload.extend_from_slice(&self.debug_data);
-        encode_frame(kind::GOAWAY, 0, 0, &payload)
-    }
-}
-
-/// The settings of a SETTINGS payload (header excluded), in order: each
-/// identifier and its value (RFC 9113 §6.5.1). A partial entry at the end
-/// (a payload kept only in part) is left out.
-pub fn settings(payload: &[u8]) -> impl Iterator<Item = (u16, u32)> + '_ {
-    payload.chunks_exact(SETTING_LEN).map(|entry| {
-        (
-            u16::from_be_bytes([entry[0], entry[1]]),
-            u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]),
-        )
-    })
-}
-
-/// The increment of a WINDOW_UPDATE payload (RFC 9113 §6.9: 31 bits, the
-/// top bit reserved); `None` if it is shorter than 4 bytes.
-pub fn window_increment(payload: &[u8]) -> Option<u32> {
-    let word: [u8; 4] = payload.get(..4)?.try_into().ok()?;
-    Some(u32::from_be_bytes(word) & 0x7fff_ffff)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use encode_frame as frame;
-
-    /// A client's opening: preface, SETTINGS, HEADERS on stream 1, a PING,
-    /// a PING ack, and a GOAWAY whose debug data is longer than kept.
-    fn client_opening() -> Vec<u8> {
-        let mut bytes = PREFACE.to_vec();
-        bytes.extend(frame(kind::SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0]));
-        bytes.extend(frame(kind::HEADERS, 0x4, 1, &[0x82; 20]));
-        bytes.extend(frame(kind::PING, 0, 0, &[7; 8]));
-        bytes.extend(frame(kind::PING, flag::ACK, 0, &[9; 8]));
-        bytes.extend(GoAway::too_many_pings(1).encode());
-        bytes
-    }
-
-    /// (kind, flags, stream, kept payload) of every frame seen.
-    type Seen = Vec<(u8, u8, u32, Vec<u8>)>;
-
-    fn frames_seen(tracker: &mut FrameTracker, pieces: &[&[u8]]) -> Seen {
-        let mut seen = Vec::new();
-        for piece in pieces {
-            tracker.feed(piece, |f| {
-                let h = f.header;
-                seen.push((h.kind, h.flags, h.stream_id, f.kept.to_vec()));
-            });
-        }
-        seen
-    }
-
-    fn keeping_goaway() -> FrameTracker {
-        FrameTracker::client_to_server().keeping(kind::GOAWAY, 12)
-    }
-
-    #[test]
-    fn reads_preface_then_frames_keeping_only_what_was_asked() {
-        let bytes = client_opening();
-        let mut tracker = keeping_goaway();
-        let seen = frames_seen(&mut tracker, &[&bytes]);
-        let goaway_start = [0, 0, 0, 1, 0, 0, 0, 0xb, b't', b'o', b'o', b'_'].to_vec();
-        assert_eq!(
-            seen,
-            [
-                (kind::SETTINGS, 0, 0, vec![]),
-                (kind::HEADERS, 0x4, 1, vec![]),
-                (kind::PING, 0, 0, vec![]),
-                (kind::PING, flag::ACK, 0, vec![]),
-                (kind::GOAWAY, 0, 0, goaway_start),
-            ]
-        );
-        assert_eq!(tracker.frames_done(), 5);
-        assert!(tracker.at_boundary());
-    }
-
-    /// Given the same bytes cut at every possible place, and cut into single
-    /// bytes, then the tracker reports exactly the same frames.
-    #[test]
-    fn splits_anywhere_give_the_same_frames() {
-        let bytes = client_opening();
-        let whole = frames_seen(&mut keeping_goaway(), &[&bytes]);
-        for cut in 0..=bytes.len() {
-            let (a, b) = bytes.split_at(cut);
-            let split = frames_seen(&mut keeping_goaway(), &[a, b]);
-            assert_eq!(split, whole, "cut at {cut}");
-        }
-        let singles: Vec<&[u8]> = bytes.chunks(1).collect();
-        assert_eq!(frames_seen(&mut keeping_goaway(), &singles), whole);
-    }
-
-    #[test]
-    fn payload_bytes_are_never_taken_for_frames() {
-        // A DATA payload that looks exactly like a PING frame.
-        let mut bytes = frame(kind::DATA, 0, 1, &frame(kind::PING, 0, 0, &[0; 8]));
-        bytes.extend(frame(kind::PING, flag::ACK, 0, &[0; 8]));
-        let seen = frames_seen(&mut FrameTracker::server_to_client(), &[&bytes]);
-        let kinds: Vec<u8> = seen.iter().map(|s| s.0).collect();
-        assert_eq!(kinds, [kind::DATA, kind::PING]);
-    }
-
-    #[test]
-    fn handshake_counts_once_settings_is_complete() {
-        let bytes = client_opening();
-        let settings_end = PREFACE.len() + HEADER_LEN + 6;
-        let mut tracker = FrameTracker::client_to_server();
-        tracker.feed(&bytes[..settings_end - 1], |_| {});
-        assert_eq!(
-            tracker.frames_done(),
-            0,
-            "SETTINGS payload is one byte short"
-        );
-        tracker.feed(&bytes[settings_end - 1..settings_end], |_| {});
-        assert_eq!(tracker.frames_done(), 1);
-    }
-
-    /// Given a writer stopped in the middle of a frame, the distance to the
-    /// next boundary is exactly what is left of that frame, wherever the
-    /// stop was, header or payload.
-    #[test]
-    fn until_boundary_finishes_the_current_frame_only() {
-        let data = frame(kind::DATA, 0, 1, &[1; 100]);
-        let mut bytes = data.clone();
-        bytes.extend(frame(kind::HEADERS, flag::END_STREAM, 1, &[2; 10]));
-
-        let fresh = FrameTracker::server_to_client();
-        assert!(fresh.at_boundary());
-        assert_eq!(fresh.until_boundary(&bytes), 0);
-        for written in 1..data.len() {
-            let mut tracker = FrameTracker::server_to_client();
-            tracker.feed(&bytes[..written], |_| {});
-            assert!(!tracker.at_boundary(), "{written}");
-            let rest = &bytes[written..];
-            assert_eq!(
-                tracker.until_boundary(rest),
-                data.len() - written,
-                "{written}"
-            );
-            // A shorter buffer than the frame's rest is used in full.
-            assert_eq!(tracker.until_boundary(&rest[..1]), 1);
-        }
-    }
-
-    #[test]
-    fn goaway_encodes_and_parses_back() {
-        let goaway = GoAway::too_many_pings(7);
-        let bytes = goaway.encode();
-        let mut seen = Vec::new();
-        FrameTracker::server_to_client()
-            .keeping(kind::GOAWAY, 64)
-            .feed(&bytes, |f| seen.push((f.header, GoAway::parse(f.kept))));
-        let header = FrameHeader {
-            len: 8 + 14,
-            kind: kind::GOAWAY,
-            flags: 0,
-            stream_id: 0,
-        };
-        assert_eq!(seen, [(header, Some(goaway.clone()))]);
-        assert!(goaway.is_too_many_pings());
-        assert_eq!(GoAway::parse(&bytes[HEADER_LEN..HEADER_LEN + 7]), None);
-    }
-
-    /// Given a client that sends SETTINGS (two settings), a connection
-    /// WINDOW_UPDATE and a stream WINDOW_UPDATE, cut into single bytes, when
-    /// a tracker keeps both kinds, then it hands over both payloads whole and
-    /// they parse to the values sent.
-    #[test]
-    fn keeps_two_kinds_and_parses_settings_and_window_updates() {
-        let mut bytes = PREFACE.to_vec();
-        let settings_payload = [0, 4, 0, 0x20, 0, 0, 0, 2, 0, 0, 0, 0];
-        bytes.extend(frame(kind::SETTINGS, 0, 0, &settings_payload));
-        bytes.extend(frame(kind::WINDOW_UPDATE, 0, 0, &[0x80, 0x4f, 0, 1]));
-        bytes.extend(frame(kind::HEADERS, 0x4, 1, &[0x82; 5]));
-        bytes.extend(frame(kind::WINDOW_UPDATE, 0, 1, &[0, 0, 0x80, 0]));
-        let mut tracker = FrameTracker::client_to_server()
-            .keeping(kind::SETTINGS, 6 * 4)
-            .keeping(kind::WINDOW_UPDATE, 4);
-        let singles: Vec<&[u8]> = bytes.chunks(1).collect();
-
-        let seen = frames_seen(&mut tracker, &singles);
-
-        let kept: Vec<(u8, u32, Vec<u8>)> = seen.into_iter().map(|s| (s.0, s.2, s.3)).collect();
-        assert_eq!(
-            kept,
-            [
-                (kind::SETTINGS, 0, settings_payload.to_vec()),
-                (kind::WINDOW_UPDATE, 0, vec![0x80, 0x4f, 0, 1]),
-                (kind::HEADERS, 1, vec![]),
-                (kind::WINDOW_UPDATE, 1, vec![0, 0, 0x80, 0]),
-            ]
-        );
-        let parsed: Vec<(u16, u32)> = settings(&settings_payload).collect();
-        assert_eq!(
-            parsed,
-            [
-                (setting::INITIAL_WINDOW_SIZE, 2 * 1024 * 1024),
-                (setting::ENABLE_PUSH, 0)
-            ]
-        );
-        // The reserved top bit is not part of the increment.
-        assert_eq!(window_increment(&[0x80, 0x4f, 0, 1]), Some(0x004f_0001));
-        assert_eq!(window_increment(&[0, 0, 0x80]), None);
-        // A partial last setting is left out, not misread.
-        assert_eq!(settings(&settings_payload[..8]).count(), 1);
-    }
-
     #[test]
     fn names_error_codes() {
-        assert_eq!(error_code::name(0xb), "ENHANCE_YOUR_CALM");
-        assert_eq!(error_code::name(0), "NO_ERROR");
-        assert_eq!(error_code::name(0x42), "0x42");
+        assert_eq!(reason_name(Reason::from(0xb)), "ENHANCE_YOUR_CALM");
+        assert_eq!(reason_name(Reason::from(0)), "NO_ERROR");
+        assert_eq!(reason_name(Reason::HTTP_1_1_REQUIRED), "HTTP_1_1_REQUIRED");
+        assert_eq!(reason_name(Reason::from(0x42)), "0x42");
+        assert_eq!(reason_name(Reason::from(0x1234)), "0x1234");
+        assert_eq!(reason_name(Reason::CANCEL), "CANCEL");
+    }
+
+    #[test]
+    fn the_reserved_bit_never_leaks_into_a_stream_id() {
+        let header = FrameHeader::parse(&[0, 0, 4, kind::WINDOW_UPDATE, 0, 0x80, 0, 0, 1]);
+        assert_eq!(header.stream_id, 1);
+        assert_eq!(header.len, 4);
     }
 }

@@ -4,6 +4,9 @@
 //! read from `/proc/PID/stat` before and after each run, so the clients'
 //! own cost is excluded. With two servers, every phase runs on one, then on
 //! the other, before the next phase starts, so both see the same machine.
+//! [`tls`] runs the same phases plaintext against TLS (`--tls-target`).
+
+pub mod tls;
 
 use std::{
     fmt::Write as _,
@@ -14,19 +17,19 @@ use std::{
     time::Duration,
 };
 
+use h2_peer::{
+    procfs::{self, USER_HZ},
+    raw::RawConn,
+    tls::HarnessTls,
+};
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use tokio::{task::JoinSet, time::Instant};
 use tonic::{codec::CompressionEncoding, transport::Channel};
 
 use crate::{
     Error,
-    latency::Latencies,
-    monitor::ServerProcess,
-    probe,
-    procfs::{self, USER_HZ},
-    raw::RawConn,
+    measure::{latency::Latencies, monitor::ServerProcess, probe},
     target::LoopbackTarget,
-    tls::HarnessTls,
 };
 
 /// Decode cap of the ListRoutes clients: 16 MiB, as the chapter's
@@ -154,7 +157,7 @@ pub async fn measure_load(
     measure_load_over(server, None, load, calls, concurrency, channels, max).await
 }
 
-/// [`measure_load`] over `tls` if given ([`crate::bench_tls`]).
+/// [`measure_load`] over `tls` if given ([`crate::bench::tls`]).
 pub async fn measure_load_over(
     server: &Server,
     tls: Option<&HarnessTls>,
@@ -190,7 +193,7 @@ pub async fn measure_load_over(
                     first_error.get_or_insert_with(|| {
                         format!(
                             "{}: {}",
-                            crate::grpc::code_name(status.code()),
+                            h2_peer::grpc::code_name(status.code()),
                             status.message()
                         )
                     });
@@ -228,7 +231,7 @@ pub async fn measure_load_over(
 async fn one_call(channel: Channel, load: Load) -> Result<(), tonic::Status> {
     match load {
         Load::GetQuote => probe::get_quote(channel).await,
-        Load::ListRoutes { gzip } => list_page(channel, crate::grpc::FULL_PAGE, gzip).await,
+        Load::ListRoutes { gzip } => list_page(channel, h2_peer::grpc::FULL_PAGE, gzip).await,
         Load::Page { routes } => list_page(channel, routes, false).await,
     }
 }
@@ -296,7 +299,7 @@ pub async fn measure_idle_over(
             set.spawn(async move {
                 let mut conn = RawConn::dial(addr, tls.as_ref()).await?;
                 conn.handshake().await?;
-                Ok::<_, crate::raw::RawError>(conn)
+                Ok::<_, h2_peer::raw::RawError>(conn)
             });
         }
         while let Some(joined) = set.join_next().await {

@@ -1,15 +1,21 @@
 //! The one address the harness may send traffic to: a server on this
 //! machine. Anything that does not resolve to loopback only (127.0.0.0/8 or
 //! ::1) is refused before a single packet leaves, whatever the flags: abuse
-//! traffic never goes anywhere else.
+//! traffic never goes anywhere else. [`TlsArgs`]: the flags that say
+//! whether to speak TLS to it.
 
 use std::{
     fmt,
     net::{SocketAddr, ToSocketAddrs},
+    path::PathBuf,
     str::FromStr,
 };
 
+use h2_peer::tls::HarnessTls;
 use routing_clients::target::Target;
+use rustls::pki_types::ServerName;
+
+use crate::Error;
 
 /// The server address every tool defaults to (the chapter's port).
 pub const DEFAULT_TARGET: &str = routing_clients::target::DEFAULT_TARGET;
@@ -63,6 +69,34 @@ impl FromStr for LoopbackTarget {
     }
 }
 
+/// The command-line flags of TLS, shared by `abuse` and `bench`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TlsArgs {
+    /// Speak TLS to the target (and to every --compare server), trusting the CA
+    /// certificates in this PEM file (e.g. the ca.pem of `routing-server dev-cert`).
+    #[arg(long, env = "ROUTING_TLS_CA", value_name = "PATH")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// The name to check in the server's certificate [default: the target's IP address].
+    #[arg(long, requires = "tls_ca", value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+}
+
+impl TlsArgs {
+    /// The TLS these flags ask for, for a server at `addr`; `None` in plaintext.
+    pub fn for_target(&self, addr: SocketAddr) -> Result<Option<HarnessTls>, Error> {
+        let Some(ca) = &self.tls_ca else {
+            return Ok(None);
+        };
+        let name = match &self.tls_server_name {
+            Some(name) => ServerName::try_from(name.clone())
+                .map_err(|e| format!("--tls-server-name {name:?}: {e}"))?,
+            None => ServerName::IpAddress(addr.ip().into()),
+        };
+        HarnessTls::new(ca, name).map(Some)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,5 +129,27 @@ mod tests {
         }
         let err = "localhost".parse::<LoopbackTarget>().expect_err("no port");
         assert!(err.contains("host:port"), "{err}");
+    }
+
+    #[test]
+    fn tls_without_a_ca_is_plaintext() {
+        let addr: SocketAddr = "127.0.0.1:1".parse().expect("an address");
+        let tls = TlsArgs::default().for_target(addr).expect("no error");
+        assert!(tls.is_none());
+    }
+
+    #[test]
+    fn an_unreadable_ca_names_the_flag() {
+        let args = TlsArgs {
+            tls_ca: Some("/nonexistent/ca.pem".into()),
+            tls_server_name: None,
+        };
+        let addr: SocketAddr = "127.0.0.1:1".parse().expect("an address");
+        let err = args.for_target(addr).expect_err("no such file");
+        assert!(
+            err.to_string()
+                .starts_with("--tls-ca /nonexistent/ca.pem: cannot read it"),
+            "{err}"
+        );
     }
 }

@@ -22,6 +22,7 @@ const ROOTS: &[&str] = &[
     "clients",
     "harness",
     "frames",
+    "peer",
     "interop",
     "ci",
     ".ci",

@@ -9,12 +9,12 @@ mod support;
 
 use std::time::Duration;
 
-use harness::{
-    attacks::tcpstall::TcpStalledReader,
-    frame::{ErrorCode, Goaway, flag, kind, setting},
+use h2_frames::{GoAway, Reason, flag, kind, setting};
+use h2_peer::{
     grpc,
     h2client::{CallEnd, H2Conn, ReceiveWindows, await_end, unfinished_message},
     raw::RawConn,
+    stalled::TcpStalledReader,
 };
 use routing_clients::sample_quote_request;
 use routing_contracts::routing::ListRoutesRequest;
@@ -123,12 +123,8 @@ async fn made_you_reset_gets_enhance_your_calm() {
             break; // The server has already closed us.
         }
     }
-    let goaway: Goaway = conn.expect_goaway(BOUND).await.expect("a GOAWAY");
-    assert_eq!(
-        goaway.error_code,
-        ErrorCode::ENHANCE_YOUR_CALM,
-        "{goaway:?}"
-    );
+    let goaway: GoAway = conn.expect_goaway(BOUND).await.expect("a GOAWAY");
+    assert_eq!(goaway.error_code, Reason::ENHANCE_YOUR_CALM, "{goaway:?}");
     others_are_served(&server).await;
 }
 
@@ -144,7 +140,7 @@ async fn connections_without_a_handshake_are_closed() {
     .await;
     let mut silent = TcpStream::connect(server.addr()).await.expect("connects");
     let mut half = RawConn::connect(server.addr()).await.expect("connects");
-    half.send_raw(&harness::frame::PREFACE[..12])
+    half.send_raw(&h2_frames::PREFACE[..12])
         .await
         .expect("half a preface");
 
@@ -354,7 +350,7 @@ async fn ping_every(
     server: &LocalServer,
     every: Duration,
     for_how_long: Duration,
-) -> Option<Goaway> {
+) -> Option<GoAway> {
     let mut conn = RawConn::connect(server.addr()).await.expect("connects");
     conn.handshake().await.expect("handshake");
     let started = Instant::now();
@@ -386,7 +382,7 @@ async fn ping_every(
     None
 }
 
-fn assert_too_many_pings(goaway: Option<Goaway>) {
+fn assert_too_many_pings(goaway: Option<GoAway>) {
     assert_calm(goaway, "too_many_pings");
 }
 
@@ -575,7 +571,7 @@ async fn served_within_bound(
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn a_page_in_the_kernels_send_queue_stays_charged_until_it_is_read() {
-    use harness::procfs::ServerSockets;
+    use h2_peer::procfs::ServerSockets;
     use routing_server::routing::catalog::Catalog;
 
     const RCVBUF: u32 = 4096;

@@ -12,11 +12,8 @@ mod support;
 
 use std::time::Duration;
 
-use harness::{
-    frame::{kind, setting},
-    grpc,
-    raw::RawConn,
-};
+use h2_frames::{kind, setting};
+use h2_peer::{grpc, raw::RawConn};
 use routing_clients::{CountingConnector, Link, windows::ReceiveWindow};
 use routing_contracts::routing::{ListRoutesRequest, routing_service_client::RoutingServiceClient};
 use routing_server::{Config, LocalServer};

@@ -9,13 +9,14 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use h2_frames::{FrameTracker, GoAway, encode_frame, flag, kind};
+use h2_frames::{FrameTracker, GoAway, Reason, encode_frame, flag, kind};
 use prost::Message;
 use routing_clients::{CountingConnector, retry, sample_quote_request};
+use routing_contracts::REPLICA_HEADER;
 use routing_contracts::routing::{
     ListRoutesRequest, ListRoutesResponse, routing_service_client::RoutingServiceClient,
 };
-use routing_server::{Config, routing::replica::REPLICA_HEADER};
+use routing_server::Config;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
@@ -23,7 +24,7 @@ use tokio::{
 use tonic::transport::Endpoint;
 
 /// GOAWAY's "graceful shutdown" code (RFC 9113 §7).
-const NO_ERROR: u32 = 0;
+const NO_ERROR: Reason = Reason::NO_ERROR;
 
 fn aged(age_secs: u64, grace_secs: u64) -> Config {
     Config {
@@ -305,14 +306,14 @@ fn has(frame: &Seen, flag: u8) -> bool {
 /// Opens `n` GetQuote calls on `conn` whose request bodies never end, so
 /// all `n` are open on the server at once, then cancels them (dropping a
 /// stream's halves resets it).
-async fn burst_of_open_calls(conn: &mut harness::h2client::H2Conn, n: usize) {
+async fn burst_of_open_calls(conn: &mut h2_peer::h2client::H2Conn, n: usize) {
     let mut open = Vec::new();
     for _ in 0..n {
         let call = conn
             .open_call(
-                harness::grpc::GET_QUOTE,
-                harness::grpc::CONTENT_TYPE,
-                harness::h2client::unfinished_message(100, 1),
+                h2_peer::grpc::GET_QUOTE,
+                h2_peer::grpc::CONTENT_TYPE,
+                h2_peer::h2client::unfinished_message(100, 1),
                 false,
                 Duration::from_secs(5),
             )
@@ -327,7 +328,7 @@ async fn burst_of_open_calls(conn: &mut harness::h2client::H2Conn, n: usize) {
 }
 
 /// Waits up to `limit` for the server to close `conn`; true if it did.
-async fn closed_within(conn: &harness::h2client::H2Conn, limit: Duration) -> bool {
+async fn closed_within(conn: &h2_peer::h2client::H2Conn, limit: Duration) -> bool {
     let until = Instant::now() + limit;
     while conn.is_open() && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -344,7 +345,7 @@ async fn closed_within(conn: &harness::h2client::H2Conn, limit: Duration) -> boo
 /// alone.
 #[tokio::test]
 async fn a_connection_idle_after_a_burst_is_sent_away_and_a_calm_one_is_not() {
-    use harness::h2client::{H2Conn, ReceiveWindows};
+    use h2_peer::h2client::{H2Conn, ReceiveWindows};
     let server = support::start_with(Config {
         max_idle_after_burst_secs: 1,
         burst_streams: 4,

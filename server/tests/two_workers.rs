@@ -47,7 +47,7 @@ async fn servers_here_run_a_second_worker_thread() {
         .expect("GetQuote succeeds");
 
     // Then: a worker thread of its own is listed under /proc/self/task.
-    let threads = harness::procfs::Process::new(std::process::id()).threads();
+    let threads = h2_peer::procfs::Process::new(std::process::id()).threads();
     assert!(threads.iter().any(|t| t.name == "worker-1"), "{threads:?}");
     server.shutdown().await.expect("run returns Ok");
 }

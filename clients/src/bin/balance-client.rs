@@ -59,12 +59,10 @@ use routing_clients::{
     Baseline, CallTimer, CountingConnector, Error, finish, init_tracing, retry,
     sample_quote_request, seconds, target::Target,
 };
-use routing_contracts::routing::routing_service_client::RoutingServiceClient;
+use routing_contracts::{REPLICA_HEADER, routing::routing_service_client::RoutingServiceClient};
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
-/// The header that names the replica behind each answer.
-const REPLICA_HEADER: &str = "routing-replica";
 /// Pause between two calls of the aged phase: 20 ms, about 500 calls in
 /// 10 s, enough to see each connection's replica without loading anything.
 const AGED_PAUSE: Duration = Duration::from_millis(20);

@@ -52,7 +52,7 @@
 use std::{future::Future, process::ExitCode, time::Duration};
 
 use clap::Parser;
-use h2_frames::error_code;
+use h2_frames::reason_name;
 use routing_clients::{
     Baseline, Error, LinkReport, SilentRelay, TlsReport, WireSnapshot, finish, init_tracing,
     rpc_error, sample_quote_request, seconds, target::Target,
@@ -536,11 +536,11 @@ async fn ping_floor_phase(args: &Args) -> Result<PingFloorReport, Error> {
     Ok(match goaway {
         Ok(goaway) => {
             let debug_data = String::from_utf8_lossy(&goaway.frame.debug_data);
-            tracing::info!(code = error_code::name(goaway.frame.error_code), %debug_data, "GOAWAY");
+            tracing::info!(code = reason_name(goaway.frame.error_code), %debug_data, "GOAWAY");
             let outcome = if goaway.frame.is_too_many_pings() {
                 "TOO_MANY_PINGS".to_string()
             } else {
-                format!("GOAWAY_{}", error_code::name(goaway.frame.error_code))
+                format!("GOAWAY_{}", reason_name(goaway.frame.error_code))
             };
             PingFloorReport {
                 ping_floor: outcome,

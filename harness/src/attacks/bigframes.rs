@@ -15,16 +15,16 @@
 
 use std::time::Duration;
 
+use h2_frames::MAX_PAYLOAD_LEN;
+use h2_peer::{
+    grpc,
+    h2client::{H2Conn, ReceiveWindows, await_end},
+};
 use serde::Serialize;
 use tokio::{sync::Semaphore, task::JoinSet, time::Instant};
 
 use super::{Context, Findings, Tally, describe_tally};
-use crate::{
-    Error,
-    frame::MAX_PAYLOAD_LEN,
-    grpc,
-    h2client::{H2Conn, ReceiveWindows, await_end},
-};
+use crate::Error;
 use routing_contracts::routing::ListRoutesRequest;
 
 /// Each connection's receive windows: 16 MiB for the connection and each

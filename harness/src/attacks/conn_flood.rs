@@ -22,7 +22,10 @@ use serde::Serialize;
 use tokio::{io::AsyncReadExt, io::AsyncWriteExt, net::TcpStream, task::JoinSet, time::Instant};
 
 use super::{Context, Findings, median_secs, secs};
-use crate::{Error, frame::PREFACE, probe, procfs::Process};
+use h2_frames::PREFACE;
+use h2_peer::procfs::Process;
+
+use crate::{Error, measure::probe};
 
 /// Time allowed for each TCP connect: 3 s.
 const CONNECT_LIMIT: Duration = Duration::from_secs(3);
@@ -186,7 +189,7 @@ async fn fresh_client_served(ctx: &Context) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     probe::get_quote(channel)
         .await
-        .map_err(|s| format!("{}: {}", crate::grpc::code_name(s.code()), s.message()))
+        .map_err(|s| format!("{}: {}", h2_peer::grpc::code_name(s.code()), s.message()))
 }
 
 #[derive(Debug, Serialize)]

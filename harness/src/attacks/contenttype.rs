@@ -6,14 +6,15 @@
 
 use std::time::Duration;
 
+use h2_peer::{
+    grpc,
+    h2client::{ReceiveWindows, await_end},
+};
 use serde::Serialize;
 use tokio::time::Instant;
 
 use super::{Context, Findings};
-use crate::{
-    Error, grpc,
-    h2client::{ReceiveWindows, await_end},
-};
+use crate::Error;
 
 /// The content-types tried, the control last.
 pub const CONTENT_TYPES: [&str; 3] = ["application/json", "text/plain", grpc::CONTENT_TYPE];

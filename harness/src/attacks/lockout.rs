@@ -12,16 +12,16 @@ use std::{
     time::Duration,
 };
 
+use h2_peer::{
+    grpc,
+    h2client::{ReceiveWindows, await_end},
+};
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use serde::Serialize;
 use tokio::{task::JoinSet, time::Instant};
 
 use super::{Context, Findings, Tally, describe_tally, lock};
-use crate::{
-    grpc,
-    h2client::{ReceiveWindows, await_end},
-    probe,
-};
+use crate::measure::probe;
 
 /// Largest message the normal client decodes: 16 MiB, room for the full
 /// 5 MB page (tonic's default of 4 MiB is not).

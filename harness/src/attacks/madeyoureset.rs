@@ -29,17 +29,15 @@ use std::{
     time::Duration,
 };
 
+use h2_frames::{MAX_WINDOW, Reason};
+use h2_peer::grpc;
 use serde::Serialize;
 use tokio::{sync::mpsc, task::JoinSet, time::Instant};
 
 use super::{
     Context, Findings, FramesSeen, GoawaySeen, StreamEvent, Tally, describe_tally, watch_frames,
 };
-use crate::{
-    Error,
-    frame::{ErrorCode, MAX_WINDOW},
-    grpc,
-};
+use crate::Error;
 
 /// When the client sends the WINDOW_UPDATE that makes the server reset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -262,7 +260,7 @@ async fn one_connection(shape: Shape, counts: Shared<ConnCounts>, seen: Shared<F
         let mut cancels = 0;
         open.retain(|&stream_id, triggered| match triggered {
             Some(at) if now.duration_since(*at) > RESET_WAIT => {
-                writer.queue_rst_stream(stream_id, ErrorCode::CANCEL);
+                writer.queue_rst_stream(stream_id, Reason::CANCEL);
                 cancels += 1;
                 false
             }

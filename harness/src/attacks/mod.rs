@@ -27,18 +27,22 @@ use std::{
     time::Duration,
 };
 
+use h2_frames::{Reason, kind, reason_name};
+use h2_peer::{
+    h2client::{H2Conn, ReceiveWindows},
+    raw::{FrameReader, RawConn, RawError, RawRead},
+    tls::HarnessTls,
+};
 use serde::Serialize;
 use tokio::{sync::mpsc, task::JoinSet, time::Instant};
 
 use crate::{
     Error,
-    frame::{ErrorCode, kind},
-    h2client::{H2Conn, ReceiveWindows},
-    monitor::{Monitor, ServerProcess, Usage},
-    probe::{Probe, ProbeSummary},
-    raw::{FrameReader, RawConn, RawError, RawRead},
+    measure::{
+        monitor::{Monitor, ServerProcess, Usage},
+        probe::{Probe, ProbeSummary},
+    },
     target::LoopbackTarget,
-    tls::HarnessTls,
 };
 
 /// The attacks, in the order of issue 6's table and of `abuse all`.
@@ -276,10 +280,10 @@ pub struct Knobs {
     pub recovery_secs: u64,
 
     /// Probe GetQuote calls per second during each attack.
-    #[arg(long, default_value_t = crate::probe::PROBE_RATE, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    #[arg(long, default_value_t = crate::measure::probe::PROBE_RATE, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub probe_rate: u32,
     /// Deadline of each probe call, in milliseconds.
-    #[arg(long, default_value_t = crate::probe::PROBE_DEADLINE.as_millis() as u64,
+    #[arg(long, default_value_t = crate::measure::probe::PROBE_DEADLINE.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(10..=60_000))]
     pub probe_deadline_ms: u64,
 }
@@ -578,8 +582,8 @@ pub async fn watch_frames(
                     .rst_stream()
                     .ok()
                     .flatten()
-                    .unwrap_or(ErrorCode(u32::MAX));
-                *seen.rst_stream.entry(code.to_string()).or_default() += 1;
+                    .unwrap_or(Reason::from(u32::MAX));
+                *seen.rst_stream.entry(reason_name(code)).or_default() += 1;
                 if let Some(events) = &events {
                     let _ = events.send(StreamEvent::Reset {
                         stream_id: frame.stream_id,
@@ -609,7 +613,7 @@ pub async fn watch_frames(
             kind::GOAWAY => {
                 if let (None, Ok(Some(goaway))) = (&seen.goaway, frame.goaway()) {
                     seen.goaway = Some(GoawaySeen {
-                        error_code: goaway.error_code.to_string(),
+                        error_code: reason_name(goaway.error_code),
                         debug_data: goaway.debug_text(),
                         last_stream_id: goaway.last_stream_id,
                         after_s: secs(started.elapsed()),

@@ -36,12 +36,10 @@ use tokio::{
 };
 
 use super::{Context, Findings, lock, secs};
-use crate::{
-    Error,
-    frame::{PREFACE, kind},
-    tls::{HarnessTls, Stream},
-};
-use h2_frames::encode_frame;
+use crate::Error;
+use h2_frames::{PREFACE, encode_frame, kind};
+use h2_peer::tls::{self, HarnessTls};
+use tokio_util::either::Either;
 
 /// Time allowed for each TCP connect: 5 s, more than the kernel's first
 /// two SYN retransmissions (1 s, then 3 s after the first SYN), so a
@@ -214,8 +212,8 @@ async fn one_client(
             connects.push(started.elapsed());
         }
         let mut stream = match tls {
-            None => Stream::Plain(tcp),
-            Some(_) => match tokio::time::timeout(TLS_LIMIT, Stream::over(tcp, tls)).await {
+            None => Either::Left(tcp),
+            Some(_) => match tokio::time::timeout(TLS_LIMIT, tls::over(tcp, tls)).await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => {
                     tls_errors += 1;

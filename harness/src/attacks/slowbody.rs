@@ -6,14 +6,15 @@
 
 use std::time::Duration;
 
+use h2_peer::{
+    grpc,
+    h2client::{CallEnd, ReceiveWindows, await_end, unfinished_message},
+};
 use serde::Serialize;
 use tokio::{task::JoinSet, time::Instant};
 
 use super::{Context, Findings, Tally, describe_tally, median_secs};
-use crate::{
-    Error, grpc,
-    h2client::{CallEnd, ReceiveWindows, await_end, unfinished_message},
-};
+use crate::Error;
 
 /// The message length each prefix announces: 1 KiB under the default 4 MiB
 /// receive cap, so no server refuses it for its size.

@@ -14,14 +14,14 @@ use std::{
     time::Duration,
 };
 
+use h2_peer::{
+    grpc,
+    h2client::{CallEnd, ReceiveWindows, await_end},
+};
 use serde::Serialize;
 use tokio::{task::JoinSet, time::Instant};
 
 use super::{Context, Findings, Tally, describe_tally};
-use crate::{
-    grpc,
-    h2client::{CallEnd, ReceiveWindows, await_end},
-};
 
 /// A status within this long of opening the stream counts as "fast": the
 /// server refused at once rather than after holding the page.

@@ -9,7 +9,7 @@
 //! A handshake costs the server a key exchange and a signature, and the
 //! client a key exchange and, if it checks the certificate, two signature
 //! verifications, which cost more than the signature. So the flooders check
-//! nothing and resume nothing ([`crate::tls::HarnessTls::flooder`];
+//! nothing and resume nothing ([`h2_peer::tls::HarnessTls::flooder`];
 //! `--tlsflood-resume` lets them resume): every handshake is full for the
 //! server and as cheap as can be for the client.
 //!
@@ -21,14 +21,12 @@
 
 use std::time::Duration;
 
+use h2_peer::procfs::{Process, USER_HZ};
 use serde::Serialize;
 use tokio::time::Instant;
 
 use super::{Context, Findings, reconnect};
-use crate::{
-    Error,
-    procfs::{Process, USER_HZ},
-};
+use crate::Error;
 
 #[derive(Debug, Serialize)]
 struct Details {

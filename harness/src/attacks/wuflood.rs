@@ -28,16 +28,13 @@ use std::{
     time::Duration,
 };
 
+use h2_frames::{kind, setting};
+use h2_peer::{grpc, raw::RawConn};
 use serde::Serialize;
 use tokio::{sync::mpsc, task::JoinSet, time::Instant};
 
 use super::{Context, Findings, FramesSeen, Tally, describe_tally, secs, watch_frames};
-use crate::{
-    Error,
-    frame::{kind, setting},
-    grpc,
-    raw::RawConn,
-};
+use crate::Error;
 
 /// Where `wuflood` sends its WINDOW_UPDATEs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]

@@ -48,13 +48,13 @@
 use std::{io::Write, process::ExitCode, time::Duration};
 
 use clap::Parser;
+use harness::target::TlsArgs;
 use harness::{
     Error, LoopbackTarget,
     attacks::{self, Attack, Context, Knobs},
     init_tracing,
-    monitor::ServerProcess,
+    measure::monitor::ServerProcess,
     target::DEFAULT_TARGET,
-    tls::TlsArgs,
 };
 
 #[derive(Debug, Parser)]

@@ -19,7 +19,7 @@ use std::{io::Write, path::PathBuf, process::ExitCode};
 use clap::Parser;
 use harness::{
     Error,
-    balance_chart::{Panel, TimedPhase, draw_calls_over_time},
+    charts::balance::{Panel, TimedPhase, draw_calls_over_time},
     init_tracing,
 };
 use serde::Deserialize;

@@ -139,8 +139,8 @@ use clap::Parser;
 use harness::{
     Error, LoopbackTarget,
     bench::{self, BenchKnobs, Server},
-    bench_tls, init_tracing,
-    monitor::ServerProcess,
+    init_tracing,
+    measure::monitor::ServerProcess,
     target::DEFAULT_TARGET,
 };
 
@@ -171,9 +171,9 @@ struct Args {
     #[command(flatten)]
     knobs: BenchKnobs,
 
-    /// `--tls-target` and its flags: the TLS table (harness/src/bench_tls.rs).
+    /// `--tls-target` and its flags: the TLS table (harness/src/bench/tls.rs).
     #[command(flatten)]
-    tls: bench_tls::TlsBenchArgs,
+    tls: bench::tls::TlsBenchArgs,
 }
 
 #[tokio::main]
@@ -214,8 +214,8 @@ async fn run(args: Args) -> Result<String, Error> {
         }
     }
     if let Some(pairs) = args.tls.pairs(&servers)? {
-        let measured = bench_tls::run(&pairs, &args.tls, &args.knobs).await?;
-        let table = bench_tls::table(&pairs, &args.knobs, args.tls.tls_rounds, &measured);
+        let measured = bench::tls::run(&pairs, &args.tls, &args.knobs).await?;
+        let table = bench::tls::table(&pairs, &args.knobs, args.tls.tls_rounds, &measured);
         return Ok(machine_line() + &table);
     }
     let measured = bench::run(&servers, &args.knobs).await?;

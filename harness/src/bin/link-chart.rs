@@ -34,9 +34,9 @@ use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
 use clap::Parser;
 use harness::{
     Error, LoopbackTarget,
-    chart::{draw_catalog_by_link, draw_window_sweep},
+    charts::draw::{draw_catalog_by_link, draw_window_sweep},
+    charts::link_runs::{self, Measured},
     init_tracing,
-    link_chart::{self, Measured},
     target::DEFAULT_TARGET,
 };
 
@@ -80,11 +80,11 @@ async fn run(args: Args) -> Result<(), Error> {
     tracing::info!(
         target = %args.target,
         runs,
-        expected = ?link_chart::expected_duration(runs),
+        expected = ?link_runs::expected_duration(runs),
         "measuring"
     );
     let limit = Duration::from_secs(args.max_secs);
-    let measured: Measured = tokio::time::timeout(limit, link_chart::measure(args.target, runs))
+    let measured: Measured = tokio::time::timeout(limit, link_runs::measure(args.target, runs))
         .await
         .map_err(|_| format!("not done within --max-secs {}", args.max_secs))??;
 

@@ -13,7 +13,7 @@ use plotters::{
 use super::report::{Claim, Measurement, Metric, Stack};
 use crate::{
     Error,
-    chart::{log_range, number_label, render_sized},
+    charts::draw::{log_range, number_label, render_sized},
 };
 
 /// The whole figure, in pixels: two panels a row, four rows.

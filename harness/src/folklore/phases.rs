@@ -13,6 +13,10 @@ use std::{
 
 use bytes::Bytes;
 use h2::client::SendRequest;
+use h2_peer::{
+    grpc,
+    h2client::{CallEnd, H2Conn, ReceiveWindows, await_end, unfinished_message},
+};
 use tokio::{sync::watch, task::JoinSet, time::Instant};
 use tonic::transport::Channel;
 
@@ -20,10 +24,10 @@ use super::report::{Claim, Measurement, Metric, Stack};
 use crate::{
     Error,
     bench::{self, CALL_DEADLINE, Load, RunResult, Server},
-    grpc,
-    h2client::{CallEnd, H2Conn, ReceiveWindows, await_end, unfinished_message},
-    latency::Latencies,
-    probe::{self, PROBE_DEADLINE, Probe},
+    measure::{
+        latency::Latencies,
+        probe::{self, PROBE_DEADLINE, Probe},
+    },
 };
 
 /// The longest any closed-loop run below may take: 20 s. Their call

@@ -12,10 +12,15 @@ use std::{
     time::Duration,
 };
 
+use h2_peer::procfs;
 use tokio::time::Instant;
 
 use super::report::Stack;
-use crate::{Error, bench::Server, monitor::ServerProcess, probe, procfs};
+use crate::{
+    Error,
+    bench::Server,
+    measure::{monitor::ServerProcess, probe},
+};
 
 /// How long a server may take to listen and answer a GetQuote: 15 s.
 pub const READY_WITHIN: Duration = Duration::from_secs(15);

@@ -15,8 +15,7 @@ use std::{
 };
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use h2_frames::{FrameTracker, kind};
-use harness::frame::{ErrorCode, Goaway};
+use h2_frames::{FrameTracker, GoAway, Reason, kind};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -31,8 +30,8 @@ use tokio::{
 use tonic::transport::Channel;
 
 pub const MIB: usize = 1024 * 1024;
-pub const GET_QUOTE: &str = "/shipping.routing.v1.RoutingService/GetQuote";
-pub const LIST_ROUTES: &str = "/shipping.routing.v1.RoutingService/ListRoutes";
+pub const GET_QUOTE: &str = routing_contracts::GET_QUOTE;
+pub const LIST_ROUTES: &str = routing_contracts::LIST_ROUTES;
 
 /// Sets how many workers serve every test server: a whole number of at
 /// least 1. Unset, it is 1, or 2 in the [`SEVERAL_WORKERS_SUITE`].
@@ -289,13 +288,9 @@ pub async fn others_are_served(server: &LocalServer) {
 }
 
 /// GOAWAY ENHANCE_YOUR_CALM, with debug data naming `rule`; returns it.
-pub fn assert_calm(goaway: Option<Goaway>, rule: &str) -> Goaway {
+pub fn assert_calm(goaway: Option<GoAway>, rule: &str) -> GoAway {
     let goaway = goaway.expect("a GOAWAY");
-    assert_eq!(
-        goaway.error_code,
-        ErrorCode::ENHANCE_YOUR_CALM,
-        "{goaway:?}"
-    );
+    assert_eq!(goaway.error_code, Reason::ENHANCE_YOUR_CALM, "{goaway:?}");
     assert_eq!(goaway.debug_text(), rule);
     goaway
 }

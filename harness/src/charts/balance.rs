@@ -56,7 +56,7 @@ pub fn per_second(phase: &TimedPhase, seconds: u64) -> BTreeMap<String, Vec<u32>
 /// that answered in it (a replica that served nothing has no line: the
 /// panel's title says so).
 pub fn draw_calls_over_time(panels: &[Panel], svg: &mut String) -> Result<(), Error> {
-    crate::chart::render(svg, "balance", |root| draw(root, panels))
+    crate::charts::draw::render(svg, "balance", |root| draw(root, panels))
 }
 
 fn draw(

@@ -1,6 +1,7 @@
-//! TLS for the harness: `--tls-ca PATH` makes every connection an attack or
-//! a benchmark opens speak TLS 1.3 or 1.2 with ALPN `h2`, as a gRPC client
-//! does, so the attacks and the load run against a TLS server unchanged.
+//! TLS for the peer's connections: with a [`HarnessTls`] (the harness's
+//! `--tls-ca PATH`), every connection an attack, a benchmark or a test opens
+//! speaks TLS 1.3 or 1.2 with ALPN `h2`, as a gRPC client does, so the same
+//! misbehaviour runs against a TLS server unchanged.
 //!
 //! Three kinds of connection use it:
 //! - the raw and `h2` clients ([`crate::raw`], [`crate::h2client`]) run
@@ -18,12 +19,7 @@
 //! server's (a certificate check costs the client two ECDSA verifications,
 //! more than the server's one signature).
 
-use std::{
-    io,
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    sync::Arc,
-};
+use std::{io, net::SocketAddr, path::Path, sync::Arc};
 
 use rustls::{
     ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme,
@@ -36,39 +32,12 @@ use rustls::{
 };
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsConnector, client::TlsStream};
+use tokio_util::either::Either;
 
 use crate::Error;
 
 /// The one application protocol offered: HTTP/2, as gRPC requires.
 pub const ALPN_H2: &[u8] = b"h2";
-
-/// The command-line flags of TLS, shared by `abuse` and `bench`.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct TlsArgs {
-    /// Speak TLS to the target (and to every --compare server), trusting the CA
-    /// certificates in this PEM file (e.g. the ca.pem of `routing-server dev-cert`).
-    #[arg(long, env = "ROUTING_TLS_CA", value_name = "PATH")]
-    pub tls_ca: Option<PathBuf>,
-
-    /// The name to check in the server's certificate [default: the target's IP address].
-    #[arg(long, requires = "tls_ca", value_name = "NAME")]
-    pub tls_server_name: Option<String>,
-}
-
-impl TlsArgs {
-    /// The TLS these flags ask for, for a server at `addr`; `None` in plaintext.
-    pub fn for_target(&self, addr: SocketAddr) -> Result<Option<HarnessTls>, Error> {
-        let Some(ca) = &self.tls_ca else {
-            return Ok(None);
-        };
-        let name = match &self.tls_server_name {
-            Some(name) => ServerName::try_from(name.clone())
-                .map_err(|e| format!("--tls-server-name {name:?}: {e}"))?,
-            None => ServerName::IpAddress(addr.ip().into()),
-        };
-        HarnessTls::new(ca, name).map(Some)
-    }
-}
 
 /// A client's TLS: its rustls configuration and the name it checks.
 /// Cheap to clone; clones share the session cache.
@@ -214,82 +183,24 @@ impl ServerCertVerifier for ChecksNothing {
     }
 }
 
-/// A connection's byte stream: the socket itself, or TLS over it.
-#[derive(Debug)]
-pub enum Stream {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+/// A connection's byte stream: the socket itself (`Left`), or TLS over it
+/// (`Right`). `Either` forwards reads and writes to whichever it holds.
+pub type Stream = Either<TcpStream, Box<TlsStream<TcpStream>>>;
+
+/// `tcp` as it is, or after the client's TLS handshake on it.
+pub async fn over(tcp: TcpStream, tls: Option<&HarnessTls>) -> io::Result<Stream> {
+    Ok(match tls {
+        None => Either::Left(tcp),
+        Some(tls) => Either::Right(Box::new(tls.handshake(tcp).await?)),
+    })
 }
 
-impl Stream {
-    /// `tcp` as it is, or after the client's TLS handshake on it.
-    pub async fn over(tcp: TcpStream, tls: Option<&HarnessTls>) -> io::Result<Self> {
-        Ok(match tls {
-            None => Self::Plain(tcp),
-            Some(tls) => Self::Tls(Box::new(tls.handshake(tcp).await?)),
-        })
-    }
-
-    /// Connects to `addr` (TCP_NODELAY on), then [`Self::over`].
-    pub async fn connect(addr: SocketAddr, tls: Option<&HarnessTls>) -> io::Result<Self> {
-        let tcp = TcpStream::connect(addr).await?;
-        tcp.set_nodelay(true)?;
-        Self::over(tcp, tls).await
-    }
+/// Connects to `addr` (TCP_NODELAY on), then [`over`].
+pub async fn connect(addr: SocketAddr, tls: Option<&HarnessTls>) -> io::Result<Stream> {
+    let tcp = TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    over(tcp, tls).await
 }
-
-/// Forwards `AsyncRead` (`read`) or `AsyncWrite` (`write`) of an enum to
-/// whichever stream its variant holds.
-macro_rules! forward_io {
-    (read $type:ty: $($variant:ident),+) => {
-        impl tokio::io::AsyncRead for $type {
-            fn poll_read(
-                self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-                buf: &mut tokio::io::ReadBuf<'_>,
-            ) -> std::task::Poll<std::io::Result<()>> {
-                match self.get_mut() {
-                    $(Self::$variant(s) => std::pin::Pin::new(s).poll_read(cx, buf),)+
-                }
-            }
-        }
-    };
-    (write $type:ty: $($variant:ident),+) => {
-        impl tokio::io::AsyncWrite for $type {
-            fn poll_write(
-                self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-                buf: &[u8],
-            ) -> std::task::Poll<std::io::Result<usize>> {
-                match self.get_mut() {
-                    $(Self::$variant(s) => std::pin::Pin::new(s).poll_write(cx, buf),)+
-                }
-            }
-
-            fn poll_flush(
-                self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<std::io::Result<()>> {
-                match self.get_mut() {
-                    $(Self::$variant(s) => std::pin::Pin::new(s).poll_flush(cx),)+
-                }
-            }
-
-            fn poll_shutdown(
-                self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<std::io::Result<()>> {
-                match self.get_mut() {
-                    $(Self::$variant(s) => std::pin::Pin::new(s).poll_shutdown(cx),)+
-                }
-            }
-        }
-    };
-}
-pub(crate) use forward_io;
-
-forward_io!(read Stream: Plain, Tls);
-forward_io!(write Stream: Plain, Tls);
 
 #[cfg(test)]
 mod tests {
@@ -327,27 +238,5 @@ mod tests {
         );
         assert_eq!(handshake_record_len(b"PRI * HTTP/2.0"), None);
         assert_eq!(handshake_record_len(&[0x16, 0x03]), None);
-    }
-
-    #[test]
-    fn tls_without_a_ca_is_plaintext() {
-        let addr: SocketAddr = "127.0.0.1:1".parse().expect("an address");
-        let tls = TlsArgs::default().for_target(addr).expect("no error");
-        assert!(tls.is_none());
-    }
-
-    #[test]
-    fn an_unreadable_ca_names_the_flag() {
-        let args = TlsArgs {
-            tls_ca: Some("/nonexistent/ca.pem".into()),
-            tls_server_name: None,
-        };
-        let addr: SocketAddr = "127.0.0.1:1".parse().expect("an address");
-        let err = args.for_target(addr).expect_err("no such file");
-        assert!(
-            err.to_string()
-                .starts_with("--tls-ca /nonexistent/ca.pem: cannot read it"),
-            "{err}"
-        );
     }
 }

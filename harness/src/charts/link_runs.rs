@@ -18,7 +18,7 @@ use tonic::codec::CompressionEncoding;
 
 use crate::{
     Error, LoopbackTarget,
-    chart::{CatalogBar, WindowPoint, WindowSweep},
+    charts::draw::{CatalogBar, WindowPoint, WindowSweep},
 };
 
 /// The links of the catalog figure, in grpc-go's order.

@@ -5,6 +5,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use h2_peer::tls::HarnessTls;
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use serde::Serialize;
 use tokio::{
@@ -14,7 +15,7 @@ use tokio::{
 };
 use tonic::transport::{Channel, Endpoint};
 
-use crate::{Error, latency::Latencies, target::LoopbackTarget, tls::HarnessTls};
+use crate::{Error, measure::latency::Latencies, target::LoopbackTarget};
 
 /// Calls per second: 20, i.e. one every 50 ms. Enough samples for a p99 over
 /// a 10 s attack (200 calls), too few to be load in themselves.
@@ -102,7 +103,7 @@ async fn call_until_stopped(
                 record.first_error.get_or_insert_with(|| {
                     format!(
                         "{}: {}",
-                        crate::grpc::code_name(status.code()),
+                        h2_peer::grpc::code_name(status.code()),
                         status.message()
                     )
                 });

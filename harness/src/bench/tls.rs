@@ -16,13 +16,14 @@ use std::time::Duration;
 use prost::Message;
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 
+use crate::target::TlsArgs;
+use h2_peer::tls::HarnessTls;
+
 use crate::{
     Error,
     bench::{self, BenchKnobs, LIST_DECODE_CAP, Load, Row, RunResult, Server},
-    monitor::ServerProcess,
-    probe,
+    measure::{monitor::ServerProcess, probe},
     target::LoopbackTarget,
-    tls::{HarnessTls, TlsArgs},
 };
 
 /// The flags of the TLS table.
@@ -121,7 +122,9 @@ async fn page_bytes(server: &Server) -> Result<usize, Error> {
     let channel =
         probe::connect(&server.target, bench::CALL_DEADLINE, Duration::from_secs(5)).await?;
     let mut client = RoutingServiceClient::new(channel).max_decoding_message_size(LIST_DECODE_CAP);
-    let page = client.list_routes(crate::grpc::full_page_request()).await?;
+    let page = client
+        .list_routes(h2_peer::grpc::full_page_request())
+        .await?;
     Ok(page.get_ref().encoded_len())
 }
 

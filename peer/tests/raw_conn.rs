@@ -6,11 +6,8 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use harness::{
-    ErrorCode, RawConn, RawError,
-    frame::{MAX_WINDOW, kind, setting},
-    grpc,
-};
+use h2_frames::{MAX_WINDOW, Reason, kind, setting};
+use h2_peer::{RawConn, RawError, grpc};
 use tokio::net::TcpListener;
 
 const LIMIT: Duration = Duration::from_secs(5);
@@ -91,7 +88,7 @@ async fn too_many_provoked_resets_get_a_goaway() {
     }
 
     let goaway = conn.expect_goaway(LIMIT).await.expect("a GOAWAY");
-    assert_eq!(goaway.error_code, ErrorCode::ENHANCE_YOUR_CALM);
+    assert_eq!(goaway.error_code, Reason::ENHANCE_YOUR_CALM);
     assert_eq!(goaway.debug_text(), "too_many_internal_resets");
     assert_eq!(goaway.last_stream_id, 7);
 }

@@ -7,8 +7,8 @@ use http::HeaderMap;
 use prost::Message;
 use routing_contracts::routing::ListRoutesRequest;
 
-pub const GET_QUOTE: &str = "/shipping.routing.v1.RoutingService/GetQuote";
-pub const LIST_ROUTES: &str = "/shipping.routing.v1.RoutingService/ListRoutes";
+/// The contract's method paths, which every request built here carries.
+pub use routing_contracts::{GET_QUOTE, LIST_ROUTES};
 
 /// The content-type every gRPC request carries.
 pub const CONTENT_TYPE: &str = "application/grpc";
@@ -27,7 +27,7 @@ pub fn length_prefix(len: u32) -> [u8; 5] {
 pub fn framed(message: &impl Message) -> Bytes {
     let payload = message.encode_to_vec();
     let mut out = BytesMut::with_capacity(5 + payload.len());
-    let len = u32::try_from(payload.len()).expect("the harness's requests are small");
+    let len = u32::try_from(payload.len()).expect("the peer's requests are small");
     out.put_slice(&length_prefix(len));
     out.put_slice(&payload);
     out.freeze()

@@ -4,9 +4,9 @@
 //! WINDOW_UPDATE overflows, half a preface, a connection that never reads.
 //!
 //! ```no_run
-//! # async fn demo(addr: std::net::SocketAddr) -> Result<(), harness::raw::RawError> {
+//! # async fn demo(addr: std::net::SocketAddr) -> Result<(), h2_peer::raw::RawError> {
 //! use std::time::Duration;
-//! use harness::raw::RawConn;
+//! use h2_peer::raw::RawConn;
 //!
 //! let mut conn = RawConn::connect(addr).await?;
 //! conn.handshake().await?;
@@ -14,7 +14,7 @@
 //!     conn.send_ping(i.to_be_bytes()).await?;
 //! }
 //! let goaway = conn.expect_goaway(Duration::from_secs(5)).await?;
-//! println!("{} {}", goaway.error_code, goaway.debug_text());
+//! println!("{} {}", h2_frames::reason_name(goaway.error_code), goaway.debug_text());
 //! # Ok(()) }
 //! ```
 
@@ -29,12 +29,13 @@ use tokio::{
     },
 };
 use tokio_rustls::client::TlsStream;
+use tokio_util::either::Either;
 
-use crate::{
-    frame::{self, ErrorCode, Frame, FrameDecoder, Goaway, kind},
-    hpack,
-    tls::HarnessTls,
+use h2_frames::{
+    self as frame, DecodedFrame, FrameDecoder, GoAway, MalformedFrame, Reason, kind, reason_name,
 };
+
+use crate::{hpack, tls::HarnessTls};
 
 /// How long [`RawConn::handshake`] waits for the server's SETTINGS: 5 s.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -75,8 +76,8 @@ impl From<io::Error> for RawError {
     }
 }
 
-impl From<frame::MalformedFrame> for RawError {
-    fn from(e: frame::MalformedFrame) -> Self {
+impl From<MalformedFrame> for RawError {
+    fn from(e: MalformedFrame) -> Self {
         Self::Protocol(e.0)
     }
 }
@@ -98,7 +99,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     /// The next frame; `Ok(None)` once the peer has closed the connection.
     /// Bytes of an unfinished frame at close are a protocol error.
-    pub async fn next(&mut self) -> Result<Option<Frame>, RawError> {
+    pub async fn next(&mut self) -> Result<Option<DecodedFrame>, RawError> {
         loop {
             if let Some(frame) = self.decoder.next_frame() {
                 return Ok(Some(frame));
@@ -117,7 +118,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 
     /// [`Self::next`] bounded by `limit`.
-    pub async fn read_frame(&mut self, limit: Duration) -> Result<Option<Frame>, RawError> {
+    pub async fn read_frame(&mut self, limit: Duration) -> Result<Option<DecodedFrame>, RawError> {
         tokio::time::timeout(limit, self.next())
             .await
             .map_err(|_| RawError::Timeout(limit))?
@@ -176,11 +177,11 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
         frame::encode_window_update(&mut self.out, stream_id, increment);
     }
 
-    pub fn queue_rst_stream(&mut self, stream_id: u32, code: ErrorCode) {
+    pub fn queue_rst_stream(&mut self, stream_id: u32, code: Reason) {
         frame::encode_rst_stream(&mut self.out, stream_id, code);
     }
 
-    pub fn queue_goaway(&mut self, last_stream_id: u32, code: ErrorCode, debug: &[u8]) {
+    pub fn queue_goaway(&mut self, last_stream_id: u32, code: Reason, debug: &[u8]) {
         frame::encode_goaway(&mut self.out, last_stream_id, code, debug);
     }
 
@@ -199,22 +200,13 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     }
 }
 
-/// The read half of a raw connection: the socket's, or the TLS session's.
-#[derive(Debug)]
-pub enum RawRead {
-    Tcp(OwnedReadHalf),
-    Tls(ReadHalf<TlsStream<TcpStream>>),
-}
+/// The read half of a raw connection: the socket's (`Left`), or the TLS
+/// session's (`Right`).
+pub type RawRead = Either<OwnedReadHalf, ReadHalf<TlsStream<TcpStream>>>;
 
-/// The write half of a raw connection: the socket's, or the TLS session's.
-#[derive(Debug)]
-pub enum RawWrite {
-    Tcp(OwnedWriteHalf),
-    Tls(WriteHalf<TlsStream<TcpStream>>),
-}
-
-crate::tls::forward_io!(read RawRead: Tcp, Tls);
-crate::tls::forward_io!(write RawWrite: Tcp, Tls);
+/// The write half of a raw connection: the socket's (`Left`), or the TLS
+/// session's (`Right`).
+pub type RawWrite = Either<OwnedWriteHalf, WriteHalf<TlsStream<TcpStream>>>;
 
 /// One raw HTTP/2 connection: a [`FrameReader`] and a [`FrameWriter`] on a
 /// TCP socket, or on a TLS session over one. The `send_*` methods queue one
@@ -273,11 +265,11 @@ impl RawConn {
         let (read, write) = match tls {
             None => {
                 let (read, write) = tcp.into_split();
-                (RawRead::Tcp(read), RawWrite::Tcp(write))
+                (Either::Left(read), Either::Left(write))
             }
             Some(tls) => {
                 let (read, write) = tokio::io::split(tls.handshake(tcp).await?);
-                (RawRead::Tls(read), RawWrite::Tls(write))
+                (Either::Right(read), Either::Right(write))
             }
         };
         Ok(Self {
@@ -322,7 +314,7 @@ impl RawConn {
             if let Some(goaway) = frame.goaway()? {
                 return Err(RawError::Protocol(format!(
                     "GOAWAY {} during the handshake: {}",
-                    goaway.error_code,
+                    reason_name(goaway.error_code),
                     goaway.debug_text()
                 )));
             }
@@ -390,23 +382,19 @@ impl RawConn {
         self.writer.flush().await
     }
 
-    pub async fn send_rst_stream(
-        &mut self,
-        stream_id: u32,
-        code: ErrorCode,
-    ) -> Result<(), RawError> {
+    pub async fn send_rst_stream(&mut self, stream_id: u32, code: Reason) -> Result<(), RawError> {
         self.writer.queue_rst_stream(stream_id, code);
         self.writer.flush().await
     }
 
     /// The next frame within `limit`; `Ok(None)` if the server closed.
-    pub async fn read_frame(&mut self, limit: Duration) -> Result<Option<Frame>, RawError> {
+    pub async fn read_frame(&mut self, limit: Duration) -> Result<Option<DecodedFrame>, RawError> {
         self.reader.read_frame(limit).await
     }
 
     /// Reads (and drops) frames until a GOAWAY arrives, within `limit` in
     /// all. A close without a GOAWAY is [`RawError::Closed`].
-    pub async fn expect_goaway(&mut self, limit: Duration) -> Result<Goaway, RawError> {
+    pub async fn expect_goaway(&mut self, limit: Duration) -> Result<GoAway, RawError> {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -427,7 +415,7 @@ impl RawConn {
 
     /// Waits until the server closes the connection, dropping frames, within
     /// `limit`. Returns the GOAWAY if one came first.
-    pub async fn expect_close(&mut self, limit: Duration) -> Result<Option<Goaway>, RawError> {
+    pub async fn expect_close(&mut self, limit: Duration) -> Result<Option<GoAway>, RawError> {
         let deadline = tokio::time::Instant::now() + limit;
         let mut goaway = None;
         loop {

@@ -5,10 +5,9 @@
 
 use std::{future::Future, net::SocketAddr, time::Duration};
 
+use h2_peer::procfs::{Process, USER_HZ};
 use serde::Serialize;
 use tokio::{sync::watch, task::JoinHandle, time::Instant};
-
-use crate::procfs::{Process, USER_HZ};
 
 /// How often the server's `/proc/PID/status` is read: 20 times a second.
 /// Fast enough to catch a peak that lasts a fraction of a second, cheap
@@ -26,7 +25,7 @@ pub enum ServerProcess {
 impl ServerProcess {
     /// Finds the process listening on `target`, or uses `pid` if given.
     pub fn locate(target: SocketAddr, pid: Option<u32>) -> Self {
-        let process = match pid.or_else(|| crate::procfs::listening_pid(target)) {
+        let process = match pid.or_else(|| h2_peer::procfs::listening_pid(target)) {
             Some(pid) => Process::new(pid),
             None => {
                 return Self::Unknown(format!(

@@ -4,7 +4,7 @@
 //! order, on any connection, and even be malformed on purpose.
 //!
 //! Decoding a server's headers needs Huffman and the dynamic table; the
-//! harness leaves that to the `h2` crate ([`crate::h2client`]).
+//! peer leaves that to the `h2` crate ([`crate::h2client`]).
 
 use bytes::{BufMut, BytesMut};
 

@@ -1,17 +1,31 @@
-//! The benchmark harness end to end, on a small scale: `bench` against this
-//! server, compared with itself. It asserts the table's shape, not its
-//! numbers: performance targets are checked by running `bench` by hand.
-
-mod support;
+//! The benchmark harness end to end, on a small scale: `bench` against the
+//! workspace's server, in this process, compared with itself. It asserts
+//! the table's shape, not its numbers: performance targets are checked by
+//! running `bench` by hand.
+//!
+//! ```console
+//! $ cargo test -p harness --test bench
+//! ```
 
 use harness::{
     bench::{self, BenchKnobs, Server},
-    monitor::ServerProcess,
+    measure::monitor::ServerProcess,
 };
+use routing_server::{Config, LocalServer};
+
+/// The server with the chapter's settings on `127.0.0.1:0`, on one worker
+/// as the server's own tests run it.
+async fn start() -> LocalServer {
+    let config = Config {
+        worker_threads: Some(1),
+        ..Config::default()
+    };
+    LocalServer::start(config).await.expect("server starts")
+}
 
 #[tokio::test]
 async fn bench_measures_every_phase_on_both_servers() {
-    let server = support::start().await;
+    let server = start().await;
     let target: harness::LoopbackTarget = server.addr().to_string().parse().expect("loopback");
     let servers: Vec<Server> = (0..2)
         .map(|_| Server {

@@ -11,13 +11,12 @@ use std::{net::SocketAddr, time::Duration};
 use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
 use h2::{RecvStream, SendStream};
+use h2_frames::{Reason, reason_name};
 use tokio::{task::JoinHandle, time::Instant};
 
 use crate::{
-    Error,
-    frame::ErrorCode,
-    grpc,
-    tls::{HarnessTls, Stream},
+    Error, grpc,
+    tls::{self, HarnessTls},
 };
 
 /// How long to wait for TCP plus the HTTP/2 handshake: 5 s.
@@ -94,7 +93,7 @@ impl H2Conn {
         tls: Option<&HarnessTls>,
     ) -> Result<Self, Error> {
         let setup = async {
-            let tcp = Stream::connect(addr, tls).await?;
+            let tcp = tls::connect(addr, tls).await?;
             let mut builder = h2::client::Builder::new();
             builder
                 .initial_window_size(windows.stream)
@@ -203,7 +202,7 @@ pub enum CallEnd {
     /// Response headers arrived, then nothing more (a stalled body).
     HeadersOnly,
     /// The server reset the stream with this code.
-    Reset(ErrorCode),
+    Reset(Reason),
     /// The connection failed (GOAWAY, closed, I/O error).
     Connection(String),
     /// Nothing arrived within the limit.
@@ -219,7 +218,7 @@ impl CallEnd {
             Self::Http(status) => format!("http_{status}"),
             Self::HttpGrpc { http, code } => format!("http_{http}+{}", grpc::code_name(*code)),
             Self::HeadersOnly => "headers_then_stalled".into(),
-            Self::Reset(code) => format!("rst_{code}"),
+            Self::Reset(code) => format!("rst_{}", reason_name(*code)),
             Self::Connection(_) => "connection_error".into(),
             Self::Pending => "pending".into(),
         }
@@ -227,7 +226,7 @@ impl CallEnd {
 
     fn from_error(e: &h2::Error) -> Self {
         match e.reason() {
-            Some(reason) if e.is_reset() => Self::Reset(ErrorCode(reason.into())),
+            Some(reason) if e.is_reset() => Self::Reset(reason),
             _ => Self::Connection(e.to_string()),
         }
     }
@@ -335,6 +334,6 @@ mod tests {
             .label(),
             "http_415+INVALID_ARGUMENT"
         );
-        assert_eq!(CallEnd::Reset(ErrorCode::CANCEL).label(), "rst_CANCEL");
+        assert_eq!(CallEnd::Reset(Reason::CANCEL).label(), "rst_CANCEL");
     }
 }
