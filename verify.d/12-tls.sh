@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# verify.d/12-tls.sh: verify.sh's section 12, over TLS (server/src/tls.rs,
+# verify.d/12-tls.sh: verify.sh's section 12, over TLS (server/src/connection/tls.rs,
 # docs/tls.md). A second routing-server with --tls-cert/--tls-key, with
 # certificates from its own `dev-cert`, issuing no session tickets, so that
 # every footgun connection pays a full handshake. start_tls (launchers.sh)

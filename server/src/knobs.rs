@@ -511,7 +511,9 @@ pub const MAX_CONNECTION_AGE_JITTER: f64 = 0.1;
 /// `server/serving.rs`), the connection's rules (`connection/`), the per-call
 /// budgets and deadlines (`call/`), connection lifetime (gRFC A9,
 /// `connection/age.rs`), TLS (`connection/tls.rs`) and the runtime
-/// (`server/`). clap lists the groups in the order of their first flag.
+/// (`server/`). clap lists the groups in the order of their first flag, so
+/// [`Config`]'s fields follow that order (and so does the start-up log's
+/// `config=` line).
 const LEVERS: &str = "The chapter's levers";
 const CONNECTION_RULES: &str = "Connection rules";
 const BUDGETS: &str = "Budgets and deadlines";
@@ -523,10 +525,6 @@ const RUNTIME: &str = "Runtime";
 /// environment variable so readers can experiment without recompiling.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Config {
-    /// Address to listen on, as host:port (127.0.0.1:9180, 0.0.0.0:9000, localhost:9180).
-    #[arg(help_heading = RUNTIME, long, env = "ROUTING_LISTEN", default_value = DEFAULT_LISTEN, value_parser = listen_address)]
-    pub listen: std::net::SocketAddr,
-
     /// Largest response message the server encodes, in bytes (send cap).
     #[arg(help_heading = LEVERS, long, env = "ROUTING_MAX_SEND_BYTES", default_value_t = MAX_SEND_MESSAGE_BYTES)]
     pub max_send_bytes: usize,
@@ -544,6 +542,16 @@ pub struct Config {
     #[arg(help_heading = LEVERS, long, env = "ROUTING_KEEPALIVE_TIMEOUT_SECS", default_value_t = KEEPALIVE_TIMEOUT.as_secs(),
           value_parser = at_least_one_second)]
     pub keepalive_timeout_secs: u64,
+
+    /// Never compress responses (gzip requests are still accepted): compare with and without.
+    #[arg(help_heading = LEVERS, long, env = "ROUTING_NO_GZIP")]
+    pub no_gzip: bool,
+
+    /// What the catalog's padding is made of: `repeated` (`X`s, which gzip
+    /// shrinks to 0.14 %) or `random` (seeded printable characters that
+    /// barely shrink). Same sizes, ids and prices either way.
+    #[arg(help_heading = LEVERS, long, env = "ROUTING_FILLER", value_enum, default_value_t = Filler::Repeated)]
+    pub filler: Filler,
 
     /// Least seconds between two client PINGs; quicker ones are strikes, and the
     /// third strike gets GOAWAY too_many_pings (0 turns the floor off).
@@ -570,6 +578,23 @@ pub struct Config {
     #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_MAX_LOCAL_ERROR_RESETS", default_value_t = MAX_LOCAL_ERROR_RESETS)]
     pub max_local_error_resets: usize,
 
+    /// Unsent bytes the kernel may queue per connection (TCP_NOTSENT_LOWAT, Linux; 0: no limit).
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_TCP_NOTSENT_LOWAT", default_value_t = TCP_NOTSENT_LOWAT)]
+    pub tcp_notsent_lowat: u32,
+
+    /// Seconds a new connection has to send the HTTP/2 preface and SETTINGS and
+    /// acknowledge the server's SETTINGS.
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_HANDSHAKE_TIMEOUT_SECS", default_value_t = HANDSHAKE_TIMEOUT.as_secs(),
+          value_parser = at_least_one_second)]
+    pub handshake_timeout_secs: u64,
+
+    // Hardening round three (issue 23)
+    /// WINDOW_UPDATEs on open streams and the connection a connection may send
+    /// beyond one per 2 KiB of DATA sent to it and 4 per stream it opens; past
+    /// it, GOAWAY too_many_window_updates (0 turns the guard off).
+    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_WINDOW_UPDATE_BUDGET", default_value_t = WINDOW_UPDATE_BUDGET)]
+    pub window_update_budget: u32,
+
     /// Bytes of all responses in flight at once; ListRoutes over it gets RESOURCE_EXHAUSTED.
     #[arg(help_heading = BUDGETS, long, env = "ROUTING_RESPONSE_BUDGET_BYTES", default_value_t = RESPONSE_BUDGET_BYTES)]
     pub response_budget_bytes: usize,
@@ -591,10 +616,6 @@ pub struct Config {
           value_parser = at_least_one_second)]
     pub stalled_holder_secs: u64,
 
-    /// Unsent bytes the kernel may queue per connection (TCP_NOTSENT_LOWAT, Linux; 0: no limit).
-    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_TCP_NOTSENT_LOWAT", default_value_t = TCP_NOTSENT_LOWAT)]
-    pub tcp_notsent_lowat: u32,
-
     /// Seconds a request body may take to arrive; slower ones get DEADLINE_EXCEEDED.
     #[arg(help_heading = BUDGETS, long, env = "ROUTING_REQUEST_DEADLINE_SECS", default_value_t = REQUEST_DEADLINE.as_secs(),
           value_parser = at_least_one_second)]
@@ -604,47 +625,32 @@ pub struct Config {
     #[arg(help_heading = BUDGETS, long, env = "ROUTING_REQUEST_BUDGET_BYTES", default_value_t = REQUEST_BUDGET_BYTES)]
     pub request_budget_bytes: usize,
 
-    /// Connections served at once; more are closed at once [default: the open-file
-    /// limit, raised to its hard limit at start-up, minus 64].
-    #[arg(help_heading = RUNTIME, long, env = "ROUTING_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_connections: Option<u64>,
+    // ─── Connection lifetime (connection/age.rs), the replica (routing/replica.rs) ───
+    /// Seconds after which a connection gets a graceful GOAWAY (±10 % jitter), so
+    /// its client reconnects and a load balancer picks again [default: never].
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_CONNECTION_AGE_SECS", value_parser = at_least_one_second)]
+    pub max_connection_age_secs: Option<u64>,
 
-    /// Seconds a new connection has to send the HTTP/2 preface and SETTINGS and
-    /// acknowledge the server's SETTINGS.
-    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_HANDSHAKE_TIMEOUT_SECS", default_value_t = HANDSHAKE_TIMEOUT.as_secs(),
-          value_parser = at_least_one_second)]
-    pub handshake_timeout_secs: u64,
+    /// Seconds calls in flight may take to finish after the age's GOAWAY before the
+    /// connection is closed [default: as long as they take].
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_CONNECTION_AGE_GRACE_SECS")]
+    pub max_connection_age_grace_secs: Option<u64>,
 
-    /// Threads that serve connections, each connection on one thread for its whole
-    /// life [default: the CPUs this process may use, cgroup quotas included].
-    #[arg(help_heading = RUNTIME, long, env = "ROUTING_WORKER_THREADS", value_parser = at_least_one_thread)]
-    pub worker_threads: Option<usize>,
+    /// Seconds a connection may have no call open before it gets a graceful GOAWAY
+    /// [default: never].
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_CONNECTION_IDLE_SECS", value_parser = at_least_one_second)]
+    pub max_connection_idle_secs: Option<u64>,
 
-    /// Seconds to let calls in flight finish after SIGTERM or Ctrl+C.
-    #[arg(help_heading = RUNTIME, long, env = "ROUTING_DRAIN_SECS", default_value_t = DRAIN_TIMEOUT.as_secs())]
-    pub drain_secs: u64,
+    /// Seconds a connection that once had --burst-streams streams open at once may
+    /// idle before a graceful GOAWAY gives back what h2 kept of the burst (0: never).
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_IDLE_AFTER_BURST_SECS",
+          default_value_t = MAX_IDLE_AFTER_BURST.map_or(0, |d| d.as_secs()))]
+    pub max_idle_after_burst_secs: u64,
 
-    /// Never compress responses (gzip requests are still accepted): compare with and without.
-    #[arg(help_heading = LEVERS, long, env = "ROUTING_NO_GZIP")]
-    pub no_gzip: bool,
-
-    /// What the catalog's padding is made of: `repeated` (`X`s, which gzip
-    /// shrinks to 0.14 %) or `random` (seeded printable characters that
-    /// barely shrink). Same sizes, ids and prices either way.
-    #[arg(help_heading = LEVERS, long, env = "ROUTING_FILLER", value_enum, default_value_t = Filler::Repeated)]
-    pub filler: Filler,
-
-    // Hardening round three (issue 23)
-    /// WINDOW_UPDATEs on open streams and the connection a connection may send
-    /// beyond one per 2 KiB of DATA sent to it and 4 per stream it opens; past
-    /// it, GOAWAY too_many_window_updates (0 turns the guard off).
-    #[arg(help_heading = CONNECTION_RULES, long, env = "ROUTING_WINDOW_UPDATE_BUDGET", default_value_t = WINDOW_UPDATE_BUDGET)]
-    pub window_update_budget: u32,
-
-    /// Connections the kernel may queue before they are accepted (listen backlog)
-    /// [default: the kernel's net.core.somaxconn, or 4096 if it cannot be read].
-    #[arg(help_heading = RUNTIME, long, env = "ROUTING_LISTEN_BACKLOG", value_parser = clap::value_parser!(u32).range(1..))]
-    pub listen_backlog: Option<u32>,
+    /// Streams open at once that make a connection a burst's (see --max-idle-after-burst-secs).
+    #[arg(help_heading = LIFETIME, long, env = "ROUTING_BURST_STREAMS", default_value_t = BURST_STREAMS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub burst_streams: u32,
 
     // ─── TLS (server/src/connection/tls.rs) ─────────────────────────────
     /// Serve TLS with this certificate chain (PEM, the server's certificate
@@ -678,32 +684,28 @@ pub struct Config {
           action = clap::ArgAction::Set)]
     pub tls_session_tickets: bool,
 
-    // ─── Connection lifetime (connection/age.rs), the replica (routing/replica.rs) ───
-    /// Seconds after which a connection gets a graceful GOAWAY (±10 % jitter), so
-    /// its client reconnects and a load balancer picks again [default: never].
-    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_CONNECTION_AGE_SECS", value_parser = at_least_one_second)]
-    pub max_connection_age_secs: Option<u64>,
+    /// Address to listen on, as host:port (127.0.0.1:9180, 0.0.0.0:9000, localhost:9180).
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_LISTEN", default_value = DEFAULT_LISTEN, value_parser = listen_address)]
+    pub listen: std::net::SocketAddr,
 
-    /// Seconds calls in flight may take to finish after the age's GOAWAY before the
-    /// connection is closed [default: as long as they take].
-    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_CONNECTION_AGE_GRACE_SECS")]
-    pub max_connection_age_grace_secs: Option<u64>,
+    /// Connections served at once; more are closed at once [default: the open-file
+    /// limit, raised to its hard limit at start-up, minus 64].
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: Option<u64>,
 
-    /// Seconds a connection may have no call open before it gets a graceful GOAWAY
-    /// [default: never].
-    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_CONNECTION_IDLE_SECS", value_parser = at_least_one_second)]
-    pub max_connection_idle_secs: Option<u64>,
+    /// Threads that serve connections, each connection on one thread for its whole
+    /// life [default: the CPUs this process may use, cgroup quotas included].
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_WORKER_THREADS", value_parser = at_least_one_thread)]
+    pub worker_threads: Option<usize>,
 
-    /// Seconds a connection that once had --burst-streams streams open at once may
-    /// idle before a graceful GOAWAY gives back what h2 kept of the burst (0: never).
-    #[arg(help_heading = LIFETIME, long, env = "ROUTING_MAX_IDLE_AFTER_BURST_SECS",
-          default_value_t = MAX_IDLE_AFTER_BURST.map_or(0, |d| d.as_secs()))]
-    pub max_idle_after_burst_secs: u64,
+    /// Seconds to let calls in flight finish after SIGTERM or Ctrl+C.
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_DRAIN_SECS", default_value_t = DRAIN_TIMEOUT.as_secs())]
+    pub drain_secs: u64,
 
-    /// Streams open at once that make a connection a burst's (see --max-idle-after-burst-secs).
-    #[arg(help_heading = LIFETIME, long, env = "ROUTING_BURST_STREAMS", default_value_t = BURST_STREAMS,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    pub burst_streams: u32,
+    /// Connections the kernel may queue before they are accepted (listen backlog)
+    /// [default: the kernel's net.core.somaxconn, or 4096 if it cannot be read].
+    #[arg(help_heading = RUNTIME, long, env = "ROUTING_LISTEN_BACKLOG", value_parser = clap::value_parser!(u32).range(1..))]
+    pub listen_backlog: Option<u32>,
 
     /// Name of this replica, sent as the `routing-replica` header on every response
     /// (visible ASCII, at most 64 characters) [default: no header].

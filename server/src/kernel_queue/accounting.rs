@@ -102,7 +102,7 @@ impl SentBytes {
 
     /// Records that rustls holds nothing back: `plaintext` bytes have gone
     /// through TLS, and every byte it made of them is on the socket. Call it
-    /// only at such a moment (see [`crate::tls`]).
+    /// only at such a moment (see [`crate::connection::tls`]).
     pub fn tls_quiet(&self, plaintext: u64) {
         if let Some(point) = &self.tls {
             let overhead = self.written().saturating_sub(plaintext);

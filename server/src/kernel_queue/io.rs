@@ -14,7 +14,7 @@ use super::SentBytes;
 
 /// The socket under the coalescing buffer, counting the bytes written to
 /// it into `SentBytes::written`. (The bytes accepted from h2 are counted
-/// by [`crate::connection::Connection`], which sees each one it writes.)
+/// by [`crate::connection::watched::Connection`], which sees each one it writes.)
 #[derive(Debug)]
 pub struct CountWrites<T> {
     inner: T,

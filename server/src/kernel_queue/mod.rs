@@ -5,7 +5,7 @@
 //! the connection's writer, and the socket takes them into its send queue.
 //! From there a client that stopped reading at the TCP level never takes
 //! them: the bytes are still in this machine, in kernel memory. So a
-//! budgeted response ([`crate::edge`]) counts as sent only when the peer
+//! budgeted response ([`crate::call::response_hold`]) counts as sent only when the peer
 //! has *acknowledged* it: the kernel's unsent and unacknowledged bytes for
 //! the connection cover none of it. That is what `ioctl(SIOCOUTQ)` (also
 //! called `TIOCOUTQ`) reports, `write_seq - snd_una`.
@@ -50,7 +50,7 @@
 //! units, ciphertext at the socket and plaintext above TLS, and comparing
 //! them directly would call a response drained up to that overhead too
 //! early. [`SentBytes::plaintext_acked`] converts, never too early: at each
-//! moment rustls holds no ciphertext back ([`crate::tls`] records it), the
+//! moment rustls holds no ciphertext back ([`crate::connection::tls`] records it), the
 //! socket has been given exactly the plaintext so far plus the overhead so
 //! far. A plaintext byte up to that point sits at most that overhead past
 //! its own offset on the socket, so once the peer has acknowledged `acked`
@@ -59,7 +59,7 @@
 //! Elsewhere than Linux, or when the kernel refuses `sock_diag` (logged
 //! once, at warn), a response counts as sent when h2 releases it, as before:
 //! the send queue is then bounded only by `TCP_NOTSENT_LOWAT` and
-//! `TCP_USER_TIMEOUT` ([`crate::connection`]).
+//! `TCP_USER_TIMEOUT` ([`crate::connection::accepted`]).
 //!
 //! # Layout
 //! - `accounting`: one connection's byte counts ([`SentBytes`]), where the

@@ -7,8 +7,9 @@
 
 use crate::knobs::Config;
 
-/// The header every response carries when `--replica NAME` is set.
-pub const REPLICA_HEADER: &str = "routing-replica";
+/// The header every response carries when `--replica NAME` is set: named
+/// once, in the contract crate, for the server and its clients alike.
+pub use routing_contracts::REPLICA_HEADER;
 
 /// Where `--replica-hostname` reads this host's name: the kernel's, as
 /// `hostname` prints it, which is each container's (or pod's) own.

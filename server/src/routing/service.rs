@@ -38,9 +38,6 @@ use crate::routing::catalog::{Catalog, Page};
 use crate::routing::page_codec::PageCodec;
 use crate::routing::quote;
 
-/// The gRPC path of ListRoutes, which [`RoutingServer`] serves itself.
-pub const LIST_ROUTES_PATH: &str = "/shipping.routing.v1.RoutingService/ListRoutes";
-
 /// Serves quotes and the shared, immutable catalog.
 #[derive(Debug, Clone)]
 pub struct RoutingApi {
@@ -198,7 +195,7 @@ impl Service<http::Request<Body>> for RoutingServer {
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        if request.uri().path() != LIST_ROUTES_PATH {
+        if request.uri().path() != routing_contracts::LIST_ROUTES {
             return self.generated.call(request);
         }
         // What the generated server does for each method, with PageCodec
