@@ -320,12 +320,11 @@ impl ServerProcess {
 /// ClientHello for `localhost` with the name swapped for the address: both
 /// are 9 bytes, so every length in the record stays right.
 fn client_hello_with_ip_sni() -> Vec<u8> {
-    let config = ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+    let mut config = ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
         .with_safe_default_protocol_versions()
         .expect("TLS versions")
         .with_root_certificates(RootCertStore::empty())
         .with_no_client_auth();
-    let mut config = config;
     config.alpn_protocols = vec![b"h2".to_vec()];
     let name = ServerName::try_from("localhost").expect("a name");
     let mut client = ClientConnection::new(Arc::new(config), name).expect("a client");
