@@ -20,7 +20,7 @@ use std::{io::IsTerminal, process::ExitCode, time::Duration};
 use clap::{Parser, Subcommand};
 use routing_server::{Config, cmd::probe::probe, connection::tls::BadTlsInput, server::shutdown};
 use tonic_health::pb::health_check_response::ServingStatus;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::{EnvFilter, layer::SubscriberExt, util::SubscriberInitExt};
 
 #[derive(Debug, Parser)]
 #[command(version, about, args_conflicts_with_subcommands = true)]
@@ -50,7 +50,8 @@ enum Command {
         out: std::path::PathBuf,
         /// Keep the files if all three are already there, instead of a new CA
         /// (compose.yaml's `certs` runs before every start of `server-tls`:
-        /// a ca.pem that clients already hold stays valid).
+        /// a ca.pem that clients already hold stays valid). A set that has
+        /// expired, or expires within 30 days, is remade all the same.
         #[arg(long)]
         keep: bool,
     },
@@ -84,6 +85,8 @@ fn main() -> ExitCode {
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
+        .finish()
+        .with(IpSniWarning::hidden_unless_asked())
         .init();
     let cli = Cli::parse();
     // One thread: the acceptor, health and the drain. The workers
@@ -101,6 +104,77 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(run(cli))
+}
+
+/// rustls warns once per connection when a client sends an IP address as
+/// its SNI name (`Illegal SNI extension: ignoring IP address presented as
+/// hostname`). grpc-js and grpc++ do that whenever they dial `127.0.0.1`;
+/// RFC 6066 does not allow it, and rustls then serves the connection as if
+/// no name had been sent, which is all this server, with its one
+/// certificate, needs. So the line warns about an ordinary client and nobody
+/// can act on it; grpc-go's server logs nothing. This layer drops that one
+/// message, matched by rustls's module and its text; rustls's other
+/// warnings, those of the same module included (a duplicate or malformed
+/// name), still show. A level per module in `RUST_LOG` could not tell them
+/// apart. A `RUST_LOG` that names `rustls::msgs::handshake` brings it back.
+#[derive(Debug, Clone, Copy)]
+struct IpSniWarning {
+    hidden: bool,
+}
+
+impl IpSniWarning {
+    /// The module rustls logs the warning from (through `log`, so the
+    /// target arrives as the `log.target` field).
+    const TARGET: &str = "rustls::msgs::handshake";
+    /// The start of the warning's text; the address follows it.
+    const MESSAGE: &str = "Illegal SNI extension: ignoring IP address presented as hostname";
+
+    fn hidden_unless_asked() -> Self {
+        let asked = std::env::var(EnvFilter::DEFAULT_ENV).is_ok_and(|v| v.contains(Self::TARGET));
+        Self { hidden: !asked }
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for IpSniWarning {
+    fn event_enabled(
+        &self,
+        event: &tracing::Event<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        if !self.hidden || *event.metadata().level() != tracing::Level::WARN {
+            return true;
+        }
+        let mut fields = LogLine::default();
+        event.record(&mut fields);
+        let target = fields
+            .target
+            .as_deref()
+            .unwrap_or(event.metadata().target());
+        !(target == Self::TARGET && fields.message.starts_with(Self::MESSAGE))
+    }
+}
+
+/// The two fields of a warning that [`IpSniWarning`] looks at.
+#[derive(Debug, Default)]
+struct LogLine {
+    target: Option<String>,
+    message: String,
+}
+
+impl tracing::field::Visit for LogLine {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match field.name() {
+            "log.target" => self.target = Some(value.to_owned()),
+            "message" => self.message = value.to_owned(),
+            _ => {}
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.message = format!("{value:?}");
+        }
+    }
 }
 
 async fn run(cli: Cli) -> ExitCode {
@@ -135,19 +209,29 @@ async fn run(cli: Cli) -> ExitCode {
 }
 
 fn dev_cert(out: &std::path::Path, keep: bool) -> Result<(), routing_server::server::Error> {
-    if keep
-        && routing_server::cmd::dev_cert::FILES
-            .iter()
-            .all(|f| out.join(f).is_file())
-    {
-        tracing::info!(dir = %out.display(), "kept the ca.pem, server.pem and server.key already there (--keep)");
-        return Ok(());
-    }
-    let made =
-        routing_server::cmd::dev_cert::generate(&routing_server::cmd::dev_cert::SERVER_NAMES)?;
+    use routing_server::cmd::dev_cert::{self, KeptSet};
+    // With --keep, a set that is complete and not close to its end stays; one
+    // that has expired, or soon will, is remade, and the line says why:
+    // clients must then be handed the new ca.pem.
+    let replaced = match keep.then(|| dev_cert::check_kept(out, time::OffsetDateTime::now_utc())) {
+        Some(KeptSet::Fresh { until }) => {
+            tracing::info!(dir = %out.display(), %until, "kept the ca.pem, server.pem and server.key already there (--keep)");
+            return Ok(());
+        }
+        Some(KeptSet::Incomplete { .. }) | None => None,
+        Some(why) => Some(why),
+    };
+    let made = dev_cert::generate(&dev_cert::SERVER_NAMES)?;
     made.write_to(out)
         .map_err(|e| format!("cannot write into {}: {e}", out.display()))?;
-    tracing::info!(dir = %out.display(), names = ?routing_server::cmd::dev_cert::SERVER_NAMES, "wrote ca.pem, server.pem and server.key");
+    match replaced {
+        Some(why) => {
+            tracing::warn!(dir = %out.display(), names = ?dev_cert::SERVER_NAMES, "remade ca.pem, server.pem and server.key (--keep): {why}; hand clients the new ca.pem")
+        }
+        None => {
+            tracing::info!(dir = %out.display(), names = ?dev_cert::SERVER_NAMES, "wrote ca.pem, server.pem and server.key")
+        }
+    }
     Ok(())
 }
 
