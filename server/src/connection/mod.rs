@@ -4,9 +4,9 @@
 //! ```text
 //!   socket (TcpStream)             accepted: first byte, socket options
 //!     |
-//!   TLS or plain                   tls: Transport
-//!     |
 //!   kernel-queue accounting        crate::kernel_queue: CountWrites, SentBytes
+//!     |                              (bytes as the socket takes them)
+//!   TLS or plain                   tls: Transport, tokio-util's Either
 //!     |
 //!   fewer, larger writes           coalesce: Coalesce
 //!     |
