@@ -14,7 +14,7 @@
 #   balancer   3 s into section 11's 10 s aged phase, with HAProxy and six
 #              replicas running (about 2.5 min in: sections 1 to 10 run first)
 #
-# Each point must end with exit 130, no FAIL line, and no process left in the
+# Each point must end with exit 130, no FAIL line, and no live process left in the
 # session: every process verify.sh started (the server, timeout, the tool)
 # belongs to it, whatever its process group. Processes are found by session
 # id, never by name.
@@ -39,8 +39,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-in_session() { # in_session SID: "PID ARGS" of every process in that session
-  ps -e -o sid=,pid=,args= | awk -v sid="$1" '$1 == sid { $1 = ""; sub(/^ /, ""); print }'
+in_session() { # in_session SID: "PID ARGS" of every live process in that session
+  ps -e -o sid=,stat=,pid=,args= | awk -v sid="$1" '$1 == sid && $2 !~ /^Z/ { $1 = $2 = ""; sub(/^ +/, ""); print }'
+}
+# exited_in_session SID: "PID ARGS" of the session's zombies. A zombie has
+# exited and holds nothing but its process-table entry; once verify.sh has
+# gone, reaping it is its new parent's job (PID 1 or a subreaper), which in a
+# container may come late or never. A Ctrl+C that lands while bash reads a
+# command substitution leaves one: bash runs the trap and exits before it
+# reaps the substitution's child, which the same SIGINT has already killed.
+exited_in_session() {
+  ps -e -o sid=,stat=,pid=,args= | awk -v sid="$1" '$1 == sid && $2 ~ /^Z/ { $1 = $2 = ""; sub(/^ +/, ""); print }'
 }
 
 failures=0
@@ -79,8 +88,9 @@ point() {
   else
     wait "$running" || rc=$?
   fi
-  local left fails
+  local left fails exited
   left=$(in_session "$running")
+  exited=$(exited_in_session "$running")
   # A failed row ends in FAIL, and fail() prints "FAIL: ..."; a bound may say FAILED.
   fails=$(grep -cE '^FAIL|[[:space:]]FAIL$' "$log" || true)
   if [[ $rc == 130 && $fails == 0 && -z $left ]]; then
@@ -93,6 +103,9 @@ point() {
     failures=$((failures + 1))
   fi
   while IFS= read -r line; do printf '       %s\n' "$line"; done <<<"$before"
+  if [[ -n $exited ]]; then
+    while IFS= read -r line; do printf '       exited, not yet reaped by its new parent: %s\n' "$line"; done <<<"$exited"
+  fi
   kill -KILL -- "-$running" 2>/dev/null || true
   running=
 }
