@@ -506,12 +506,35 @@ pub const BURST_STREAMS: u32 = 16;
 /// is what gRFC A9 specifies, not a tuning knob.
 pub const MAX_CONNECTION_AGE_JITTER: f64 = 0.1;
 
+// ─── Faults (routing/faults.rs): off by default, for lever 6 ──────────────
+
+/// GetQuote's injected wait: none by default (0 ms).
+///
+/// A slow dependency to learn deadlines and cancellation on (lever 6,
+/// `deadline-client`): every GetQuote awaits a sleep of this many
+/// milliseconds before it answers, so a client's deadline or cancel drops
+/// it. Never set it in production: it is a fault. Unit: milliseconds.
+pub const FAULT_DELAY_MS: u64 = 0;
+
+/// The longest delay `--fault-delay-ms` takes: 60,000 ms (60 s). Longer
+/// than any lesson needs (the chapter's deadlines are 200 ms to 10 s), and
+/// short enough that a typo (an extra zero or three) cannot leave calls
+/// hanging for hours behind a drain that gives up after 10 s.
+pub const FAULT_DELAY_MAX_MS: u64 = 60_000;
+
+/// Share of GetQuote calls that fail at once with `UNAVAILABLE`: none by
+/// default. A replica in trouble to learn retries on (lever 6,
+/// `retry-client`): 100 is an outage, 50 a flaky replica. Drawn per call,
+/// independently (see [`crate::routing::faults`]). Unit: percent, 0 to 100.
+pub const FAULT_UNAVAILABLE_PERCENT: u8 = 0;
+
 /// `routing-server --help` in groups, the same as the folders of
 /// `server/src`: the chapter's levers (`routing/`, and hyper's settings in
 /// `server/serving.rs`), the connection's rules (`connection/`), the per-call
 /// budgets and deadlines (`call/`), connection lifetime (gRFC A9,
-/// `connection/age.rs`), TLS (`connection/tls.rs`) and the runtime
-/// (`server/`). clap lists the groups in the order of their first flag, so
+/// `connection/age.rs`), TLS (`connection/tls.rs`), the runtime
+/// (`server/`), and last the faults a reader turns on to learn lever 6
+/// (`routing/faults.rs`). clap lists the groups in the order of their first flag, so
 /// [`Config`]'s fields follow that order (and so does the start-up log's
 /// `config=` line).
 const LEVERS: &str = "The chapter's levers";
@@ -520,6 +543,8 @@ const BUDGETS: &str = "Budgets and deadlines";
 const LIFETIME: &str = "Connection lifetime (gRFC A9)";
 const TLS: &str = "TLS";
 const RUNTIME: &str = "Runtime";
+/// In capitals on purpose: a fault must stand out in `--help`.
+const FAULTS: &str = "FAULTS";
 
 /// The server's settings: the knobs above, each overridable by a flag or an
 /// environment variable so readers can experiment without recompiling.
@@ -718,6 +743,19 @@ pub struct Config {
     #[arg(help_heading = RUNTIME, long, env = "ROUTING_REPLICA_HOSTNAME", conflicts_with = "replica",
           default_value_t = false, action = clap::ArgAction::Set)]
     pub replica_hostname: bool,
+
+    // ─── Faults (routing/faults.rs), last: off unless a lesson asks ─────
+    /// Milliseconds every GetQuote waits before it answers, as a slow dependency
+    /// would; a deadline or a cancel drops the wait (0: no wait; at most 60000).
+    #[arg(help_heading = FAULTS, long, env = "ROUTING_FAULT_DELAY_MS", default_value_t = FAULT_DELAY_MS,
+          value_parser = clap::value_parser!(u64).range(0..=FAULT_DELAY_MAX_MS))]
+    pub fault_delay_ms: u64,
+
+    /// Percent of GetQuote calls that fail at once with UNAVAILABLE, as a replica in
+    /// trouble would (0 to 100; 100 is an outage).
+    #[arg(help_heading = FAULTS, long, env = "ROUTING_FAULT_UNAVAILABLE_PERCENT", default_value_t = FAULT_UNAVAILABLE_PERCENT,
+          value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub fault_unavailable_percent: u8,
 }
 
 /// Parses a number of seconds that must be at least 1, with a message that
@@ -907,6 +945,9 @@ impl Default for Config {
             burst_streams: BURST_STREAMS,
             replica: None,
             replica_hostname: false,
+            // Faults (routing/faults.rs): off
+            fault_delay_ms: FAULT_DELAY_MS,
+            fault_unavailable_percent: FAULT_UNAVAILABLE_PERCENT,
         }
     }
 }

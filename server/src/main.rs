@@ -240,6 +240,21 @@ async fn serve(config: Config) -> Result<(), routing_server::server::Error> {
     routing_server::connection::tls::ServerTls::from_config(&config)?;
     let mut config = config;
     config.replica = routing_server::routing::replica::replica_name(&config)?;
+    warn_about_faults(&config);
     let listener = routing_server::server::bind_with_backlog(config.listen, &config)?;
     routing_server::run(listener, config, shutdown::signal()).await
+}
+
+/// A server with a fault on answers slowly or fails on purpose (lever 6):
+/// say so loudly, once, before it serves, so nobody mistakes it for a
+/// regression or leaves it on.
+fn warn_about_faults(config: &Config) {
+    let faults = routing_server::routing::faults::Faults::from_config(config);
+    if faults.any() {
+        tracing::warn!(
+            fault_delay_ms = config.fault_delay_ms,
+            fault_unavailable_percent = config.fault_unavailable_percent,
+            "FAULTS ON: GetQuote is slowed or failed on purpose (--fault-delay-ms, --fault-unavailable-percent); never in production"
+        );
+    }
 }

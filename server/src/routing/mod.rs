@@ -1,10 +1,12 @@
 //! The chapter's service: `GetQuote` ([`quote`]) and `ListRoutes` over the
 //! padded catalog ([`catalog`], encoded by [`page_codec`]), behind the gRPC
-//! adapter ([`service`]); [`replica`] names the replica that answers.
+//! adapter ([`service`]); [`replica`] names the replica that answers;
+//! [`faults`] makes GetQuote slow or failing on purpose (lever 6).
 //! `server/examples/tonic_server.rs` serves the same logic with tonic's own
 //! `Server`.
 
 pub mod catalog;
+pub mod faults;
 pub mod page_codec;
 pub mod quote;
 pub mod replica;

@@ -35,6 +35,7 @@ use crate::call::response_hold::{
     HeldResponse, hold_until_sent, response_budget_full, response_budget_refused,
 };
 use crate::routing::catalog::{Catalog, Page};
+use crate::routing::faults::Faults;
 use crate::routing::page_codec::PageCodec;
 use crate::routing::quote;
 
@@ -47,6 +48,8 @@ pub struct RoutingApi {
     response_budget: Arc<ByteBudget>,
     /// A page not sent within this closes its connection (knobs::SEND_DEADLINE).
     send_deadline: Duration,
+    /// GetQuote's injected faults, off unless `--fault-*` asks (lever 6).
+    faults: Faults,
 }
 
 impl RoutingApi {
@@ -59,7 +62,16 @@ impl RoutingApi {
             catalog: Arc::new(catalog),
             response_budget,
             send_deadline,
+            faults: Faults::default(),
         }
+    }
+
+    /// The same API with GetQuote playing `faults` (see
+    /// [`crate::routing::faults`]).
+    #[must_use]
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
     }
 
     /// ListRoutes as served: the page the request asks for, which shares the
@@ -105,6 +117,8 @@ impl RoutingService for RoutingApi {
         &self,
         request: Request<GetQuoteRequest>,
     ) -> Result<Response<GetQuoteResponse>, Status> {
+        // Off by default; with --fault-* on, a wait or an UNAVAILABLE.
+        self.faults.play().await?;
         let quote = quote::quote(request.get_ref())?;
         tracing::debug!(route_id = %quote.route_id, "quoted");
         Ok(Response::new(GetQuoteResponse { quote: Some(quote) }))

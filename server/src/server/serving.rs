@@ -36,6 +36,7 @@ use crate::{
     connection::tls::ServerTls,
     knobs::Config,
     routing::catalog::Catalog,
+    routing::faults::Faults,
     routing::service::{RoutingApi, RoutingServer},
     server::error::Error,
     server::{accept, fd_limit, workers, workers::Workers},
@@ -46,7 +47,8 @@ pub fn routing_service(config: &Config) -> RoutingServer {
     routing_server(routing_api(config), config)
 }
 
-/// The catalog and the response budget, behind GetQuote and ListRoutes.
+/// The catalog and the response budget, behind GetQuote and ListRoutes,
+/// and GetQuote's faults (off unless `--fault-*` asks).
 fn routing_api(config: &Config) -> RoutingApi {
     let response_budget = ByteBudget::with_connection_share(
         "response budget",
@@ -59,6 +61,7 @@ fn routing_api(config: &Config) -> RoutingApi {
         response_budget,
         config.send_deadline(),
     )
+    .with_faults(Faults::from_config(config))
 }
 
 /// The routing service around `api`, which may be shared: a clone shares its
