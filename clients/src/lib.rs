@@ -25,8 +25,10 @@
 //! - [`relay`]: a loopback TCP relay that can go silent, to play a dead peer.
 //! - [`tls`]: `--tls-ca` and `--tls-server-name`: TLS inside the counting
 //!   connector, with the version and resumed handshakes for the JSON line.
-//! - [`retry`]: the transparent retry of a call that never left the client
-//!   (hyper dropped it on a connection that had just received a GOAWAY).
+//! - [`retry`]: gRFC A6's retries in one module: the transparent retry of a
+//!   call that never left the client (hyper dropped it on a connection that
+//!   had just received a GOAWAY), the retry policy with its jittered
+//!   backoff, and the throttling token bucket.
 //! - [`output`]: one JSON line on stdout, diagnostics on stderr.
 //! - [`timing`]: the total of a run of calls and the median call.
 //! - [`windows`]: the receive windows a client grants, read from its own
