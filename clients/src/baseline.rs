@@ -17,8 +17,11 @@ use crate::{
 
 /// TCP connect plus HTTP/2 handshake must finish within this: 5 s.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Every RPC has this deadline: 10 s. tonic sends it as `grpc-timeout`, so
-/// the server gives up too, and enforces it locally as well.
+/// Every RPC has this bound: 10 s, set with `Endpoint::timeout`. tonic
+/// enforces it in the client alone and sends no `grpc-timeout`
+/// (`deadline-client` measures it): a call that hits it is reset, and the
+/// server learns of it only from that reset. `Request::set_timeout` is what
+/// puts a deadline on the wire (lever 6, docs/deadlines.md).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The flags every client takes.

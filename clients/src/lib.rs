@@ -1,4 +1,4 @@
-//! The small library the six client binaries share.
+//! The small library the eight lesson client binaries share.
 //!
 //! Each binary is this baseline plus one lesson, so `diff` between two of
 //! them shows the lesson and nothing else:
@@ -11,6 +11,8 @@
 //! | `keepalive-client` | HTTP/2 keepalive: idle gaps, a dead peer, the ping floor  |
 //! | `window-client`    | the flow-control window on a long link: 64 KiB vs tuned   |
 //! | `balance-client`   | behind a load balancer: L4 pins, L7 and a connection age spread |
+//! | `deadline-client`  | against a slow server: no deadline, `Endpoint::timeout`, `Request::set_timeout`, a cancel |
+//! | `retry-client`     | gRFC A6 retries in an outage: naive, throttled, healthy   |
 //!
 //! # Layout
 //! - [`target`]: parsing `host:port` or `http://host:port`.
@@ -25,10 +27,14 @@
 //! - [`relay`]: a loopback TCP relay that can go silent, to play a dead peer.
 //! - [`tls`]: `--tls-ca` and `--tls-server-name`: TLS inside the counting
 //!   connector, with the version and resumed handshakes for the JSON line.
+//! - [`header_probe`]: a loopback HTTP/2 server that records whether a
+//!   call carried `grpc-timeout`, so the deadline lesson measures it.
 //! - [`retry`]: gRFC A6's retries in one module: the transparent retry of a
 //!   call that never left the client (hyper dropped it on a connection that
 //!   had just received a GOAWAY), the retry policy with its jittered
 //!   backoff, and the throttling token bucket.
+//! - [`server_metrics`]: the server's `/metrics`, scraped before and after
+//!   a phase, for what the server (not the client) counted.
 //! - [`output`]: one JSON line on stdout, diagnostics on stderr.
 //! - [`timing`]: the total of a run of calls and the median call.
 //! - [`windows`]: the receive windows a client grants, read from its own
@@ -36,11 +42,13 @@
 
 pub mod baseline;
 pub mod catalog;
+pub mod header_probe;
 pub mod link;
 pub mod link_proxy;
 pub mod output;
 pub mod relay;
 pub mod retry;
+pub mod server_metrics;
 pub mod target;
 pub mod timing;
 pub mod tls;
