@@ -14,6 +14,8 @@
 //! $ cargo run --release -p routing-server --example tonic_server -- --listen 127.0.0.1:9181
 //! $ cargo run --release -p routing-server --example tonic_server -- --listen 127.0.0.1:9443 \
 //!       --tls-cert certs/server.pem --tls-key certs/server.key   # TLS, tonic's ServerTlsConfig
+//! $ cargo run --release -p routing-server --example tonic_server -- --listen 127.0.0.1:9181 \
+//!       --metrics-listen 127.0.0.1:9465   # gRFC A66's call metrics at /metrics
 //! ```
 //!
 //! It serves the contract (RoutingService, health, reflection) until Ctrl+C
@@ -32,13 +34,21 @@ use routing_contracts::routing::routing_service_server::{RoutingService, Routing
 use routing_contracts::routing::{
     GetQuoteRequest, GetQuoteResponse, ListRoutesRequest, ListRoutesResponse,
 };
+use routing_server::metrics::{
+    Metrics,
+    a66::{CallMetrics, CallMetricsLayer, MeteredRequest},
+    endpoint,
+};
+use routing_server::server::serving::SERVED_METHODS;
 use routing_server::{knobs, routing::catalog::Catalog, routing::quote, server::Error};
 use tokio::net::TcpListener;
 use tonic::{
     Request, Response, Status,
+    body::Body,
     codec::CompressionEncoding,
     transport::{Identity, Server, ServerTlsConfig, server::TcpIncoming},
 };
+use tower::ServiceBuilder;
 
 #[derive(Debug, Parser)]
 #[command(about = "The chapter's RoutingService on tonic's stock Server::builder()")]
@@ -55,6 +65,10 @@ struct Args {
     /// The private key of --tls-cert (PEM); needs --tls-cert.
     #[arg(long, env = "ROUTING_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+
+    /// Serve GET /metrics (gRFC A66's per-call metrics) on this host:port [default: off].
+    #[arg(long, env = "ROUTING_METRICS_LISTEN", value_parser = knobs::listen_address)]
+    metrics_listen: Option<SocketAddr>,
 }
 
 /// TLS from `--tls-cert` and `--tls-key` (tonic feature `tls-ring`), or
@@ -103,14 +117,16 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
-    serve_with(listener, None, shutdown).await
+    serve_with(listener, None, None, shutdown).await
 }
 
 /// [`serve`], over TLS when `tls` is given: the one line
-/// `Server::builder().tls_config(tls)` is all a tonic server adds.
+/// `Server::builder().tls_config(tls)` is all a tonic server adds. With
+/// `metrics`, every call is recorded by gRFC A66's layer.
 pub async fn serve_with(
     listener: TcpListener,
     tls: Option<ServerTlsConfig>,
+    metrics: Option<Arc<CallMetrics>>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     let routing = RoutingServiceServer::new(Routing::default())
@@ -146,6 +162,13 @@ pub async fn serve_with(
         builder = builder.tls_config(tls)?;
     }
     let serving = builder
+        // gRFC A66's call metrics: the layer hands the service a request body
+        // that counts its bytes, which tonic's router takes boxed.
+        .layer(
+            ServiceBuilder::new()
+                .layer(CallMetricsLayer::new(metrics))
+                .map_request(|request: http::Request<MeteredRequest<Body>>| request.map(Body::new)),
+        )
         // Lever 4, keepalive: PING a connection idle for 5 s, close it if the
         // ack takes more than 20 s. (tonic enforces no floor on the client's
         // PINGs; routing-server does, in server/src/connection/ping_floor.rs.)
@@ -195,8 +218,31 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Metrics: the A66 layer's handles, served at /metrics on their own port.
+    let metrics = match args.metrics_listen {
+        Some(addr) => match endpoint::bind(addr).await {
+            Ok(listener) => {
+                let metrics = Arc::new(Metrics::per_call(&SERVED_METHODS));
+                tokio::spawn(endpoint::serve(listener, Arc::clone(&metrics)));
+                metrics.calls.clone()
+            }
+            Err(e) => {
+                tracing::error!("{e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
     let served = match routing_server::server::bind(args.listen).await {
-        Ok(listener) => serve_with(listener, tls, routing_server::server::shutdown::signal()).await,
+        Ok(listener) => {
+            serve_with(
+                listener,
+                tls,
+                metrics,
+                routing_server::server::shutdown::signal(),
+            )
+            .await
+        }
         Err(e) => Err(e),
     };
     match served {

@@ -506,6 +506,34 @@ pub const BURST_STREAMS: u32 = 16;
 /// is what gRFC A9 specifies, not a tuning knob.
 pub const MAX_CONNECTION_AGE_JITTER: f64 = 0.1;
 
+/// The port the README and compose serve metrics on: 9464, the port
+/// OpenTelemetry's Prometheus exporter and grpc-go's metrics example use.
+/// `--metrics-listen` itself has no default: metrics are off unless asked
+/// for, as in grpc-go, so that several servers on one machine (verify.sh
+/// --local, the harness, `bench folklore`) never fight over one port.
+pub const METRICS_PORT: u16 = 9464;
+
+/// Connections the metrics listener serves at once: 8; more are closed at
+/// once. A Prometheus keeps one per server, and a person with `curl` one
+/// more; the cap keeps a flood on the metrics port from costing the gRPC
+/// port anything (its own connection cap and budgets are not touched).
+pub const METRICS_MAX_CONNECTIONS: usize = 8;
+
+/// A metrics request's headers must arrive within this: 5 s (a slow
+/// sender's connection is closed, as hyper's `header_read_timeout` does).
+pub const METRICS_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A metrics connection lives at most this long: 30 s, then it is closed,
+/// whatever it is doing. A slow reader of a scrape cannot hold a slot for
+/// longer; Prometheus opens a new connection for its next scrape, which at
+/// its default interval (15 s) is at most every other one.
+pub const METRICS_CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
+
+/// Histograms' values wait in a lock-free list until this upkeep moves
+/// them into their buckets: every 1 s (and before each scrape). It bounds
+/// what the list holds between two scrapes to one second of calls.
+pub const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(1);
+
 // ─── Faults (routing/faults.rs): off by default, for lever 6 ──────────────
 
 /// GetQuote's injected wait: none by default (0 ms).
@@ -533,8 +561,8 @@ pub const FAULT_UNAVAILABLE_PERCENT: u8 = 0;
 /// `server/serving.rs`), the connection's rules (`connection/`), the per-call
 /// budgets and deadlines (`call/`), connection lifetime (gRFC A9,
 /// `connection/age.rs`), TLS (`connection/tls.rs`), the runtime
-/// (`server/`), and last the faults a reader turns on to learn lever 6
-/// (`routing/faults.rs`). clap lists the groups in the order of their first flag, so
+/// (`server/`), the metrics (`metrics/`), and last the faults a reader
+/// turns on to learn lever 6 (`routing/faults.rs`). clap lists the groups in the order of their first flag, so
 /// [`Config`]'s fields follow that order (and so does the start-up log's
 /// `config=` line).
 const LEVERS: &str = "The chapter's levers";
@@ -543,6 +571,7 @@ const BUDGETS: &str = "Budgets and deadlines";
 const LIFETIME: &str = "Connection lifetime (gRFC A9)";
 const TLS: &str = "TLS";
 const RUNTIME: &str = "Runtime";
+const METRICS: &str = "Metrics";
 /// In capitals on purpose: a fault must stand out in `--help`.
 const FAULTS: &str = "FAULTS";
 
@@ -743,6 +772,12 @@ pub struct Config {
     #[arg(help_heading = RUNTIME, long, env = "ROUTING_REPLICA_HOSTNAME", conflicts_with = "replica",
           default_value_t = false, action = clap::ArgAction::Set)]
     pub replica_hostname: bool,
+
+    /// Serve GET /metrics (Prometheus text format: gRFC A66's call metrics and the
+    /// connection metrics) on this host:port, never the gRPC port; e.g. 127.0.0.1:9464
+    /// [default: off].
+    #[arg(help_heading = METRICS, long, env = "ROUTING_METRICS_LISTEN", value_parser = listen_address)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 
     // ─── Faults (routing/faults.rs), last: off unless a lesson asks ─────
     /// Milliseconds every GetQuote waits before it answers, as a slow dependency
@@ -945,6 +980,9 @@ impl Default for Config {
             burst_streams: BURST_STREAMS,
             replica: None,
             replica_hostname: false,
+            // Metrics (metrics/): off unless asked for
+            metrics_listen: None,
+
             // Faults (routing/faults.rs): off
             fault_delay_ms: FAULT_DELAY_MS,
             fault_unavailable_percent: FAULT_UNAVAILABLE_PERCENT,

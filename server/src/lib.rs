@@ -45,6 +45,11 @@
 //!   wire encoding and every field number, [`routing::service`] the gRPC
 //!   adapter that maps both onto `Status` codes and gzips only ListRoutes
 //!   pages, [`routing::replica`] the `routing-replica` header.
+//! - [`metrics`], a leaf every layer counts into: [`metrics::a66`] gRFC
+//!   A66's per-call metrics as a tower layer, [`metrics::connection`] the
+//!   connection counters, [`metrics::registry`] one registry per server,
+//!   [`metrics::message_bytes`] message sizes without gRPC's framing, and
+//!   [`metrics::endpoint`] `GET /metrics` on `--metrics-listen`.
 //! - [`cmd`]: the subcommands, [`cmd::probe`] (`routing-server probe`, the
 //!   health probe) and [`cmd::dev_cert`] (`routing-server dev-cert`, a
 //!   local CA and a server certificate made with rcgen).
@@ -57,6 +62,7 @@ pub mod call;
 pub mod cmd;
 pub mod connection;
 pub mod knobs;
+pub mod metrics;
 pub mod routing;
 pub mod server;
 

@@ -18,7 +18,10 @@
 use std::{io::IsTerminal, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
-use routing_server::{Config, cmd::probe::probe, connection::tls::BadTlsInput, server::shutdown};
+use routing_server::{
+    Config, cmd::probe::probe, connection::tls::BadTlsInput, metrics::endpoint::MetricsBindError,
+    server::shutdown,
+};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tracing_subscriber::{EnvFilter, layer::SubscriberExt, util::SubscriberInitExt};
 
@@ -197,7 +200,8 @@ async fn run(cli: Cli) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         // A TLS flag's file is unusable: a usage error, as clap's are.
-        Err(e) if e.is::<BadTlsInput>() => {
+        // So is a metrics address that cannot be bound.
+        Err(e) if e.is::<BadTlsInput>() || e.is::<MetricsBindError>() => {
             tracing::error!("{e}");
             ExitCode::from(2)
         }
@@ -242,7 +246,18 @@ async fn serve(config: Config) -> Result<(), routing_server::server::Error> {
     config.replica = routing_server::routing::replica::replica_name(&config)?;
     warn_about_faults(&config);
     let listener = routing_server::server::bind_with_backlog(config.listen, &config)?;
-    routing_server::run(listener, config, shutdown::signal()).await
+    // Bound before serving, so a bad address stops the server at start-up.
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(routing_server::metrics::endpoint::bind(addr).await?),
+        None => None,
+    };
+    routing_server::server::serving::run_with(
+        listener,
+        metrics_listener,
+        config,
+        shutdown::signal(),
+    )
+    .await
 }
 
 /// A server with a fault on answers slowly or fails on purpose (lever 6):

@@ -77,6 +77,9 @@ pub struct ByteBudget {
     /// Every holder that has reserved, for the (rare) search for a stalled
     /// one; dead entries are pruned as the list grows.
     holders: Mutex<Holders>,
+    /// Calls refused because this budget (or a holder's share) was full,
+    /// for the metrics: touched only on a refusal.
+    refusals: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -117,7 +120,18 @@ impl ByteBudget {
             share: share.min(limit),
             stalled_after,
             holders: Mutex::new(Holders::default()),
+            refusals: AtomicU64::new(0),
         })
+    }
+
+    /// Counts a call refused for this budget (the status is the caller's).
+    pub fn note_refusal(&self) {
+        self.refusals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Calls refused so far ([`Self::note_refusal`]).
+    pub fn refusals(&self) -> u64 {
+        self.refusals.load(Ordering::Relaxed)
     }
 
     /// Takes `bytes` if they fit under the limit. Never waits.

@@ -9,6 +9,8 @@
 use std::sync::{Arc, OnceLock};
 
 use h2_frames::GoAway;
+
+use crate::metrics::connection::GoawayReason;
 use tokio::sync::Notify;
 
 /// Closes one connection from outside its task, e.g. when a response on it
@@ -37,6 +39,15 @@ impl CloseRule {
         match self {
             Self::SendDeadline => GoAway::SEND_DEADLINE,
             Self::StalledHolder => GoAway::STALLED_HOLDER,
+        }
+    }
+}
+
+impl From<CloseRule> for GoawayReason {
+    fn from(rule: CloseRule) -> Self {
+        match rule {
+            CloseRule::SendDeadline => Self::SendDeadline,
+            CloseRule::StalledHolder => Self::StalledHolder,
         }
     }
 }

@@ -261,6 +261,7 @@ where
         if let Ok(data) = frame.as_ref().map(Frame::data_ref) {
             let len = data.map_or(0, Bytes::len);
             if !this.budget.try_take(len) {
+                this.budget.note_refusal();
                 this.release();
                 return Poll::Ready(Some(Err(Status::resource_exhausted(format!(
                     "{} is full of partly received requests: retry later",

@@ -233,6 +233,9 @@ fn close_late(connection: Option<&ConnectionInfo>, deadline: Duration) {
 
 /// The status a handler returns when the response budget refused it.
 pub fn response_budget_refused(budget: &ByteBudget, refusal: Refusal, bytes: usize) -> Status {
+    if refusal == Refusal::Share {
+        budget.note_refusal(); // response_budget_full counts the other
+    }
     match refusal {
         Refusal::Full => response_budget_full(budget, bytes),
         Refusal::Share => Status::resource_exhausted(format!(
@@ -245,6 +248,7 @@ pub fn response_budget_refused(budget: &ByteBudget, refusal: Refusal, bytes: usi
 
 /// The status a handler returns when the response budget is full.
 pub fn response_budget_full(budget: &ByteBudget, bytes: usize) -> Status {
+    budget.note_refusal();
     Status::resource_exhausted(format!(
         "{} is in use by responses being sent; this one needs {}: retry later, or ask for a smaller page (page_size, field_mask)",
         budget.describe(),

@@ -102,7 +102,9 @@ impl Accepted {
         // Boxed: the handshake's state (rustls's session, the ClientHello)
         // lives on the heap while it runs, and is not stored in every
         // connection's task, plaintext ones included, for the task's life.
-        let (transport, sent) = Box::pin(tls.accept(stream, self.peer, deadline)).await?;
+        let handshake = Box::pin(tls.accept(stream, self.peer, deadline)).await;
+        self.policy.metrics.tls_handshake(handshake.is_ok());
+        let (transport, sent) = handshake?;
         Ok(Connection::over(
             transport,
             sent,

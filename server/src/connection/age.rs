@@ -65,11 +65,11 @@ use http::HeaderValue;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::{sync::Notify, time::Instant};
-use tonic::body::Body;
 use tower::Service;
 
 use crate::connection::drain::DrainWatcher;
 use crate::knobs::{Config, MAX_CONNECTION_AGE_JITTER};
+use crate::metrics::connection::{ConnectionMetrics, GoawayReason};
 use crate::routing::replica::REPLICA_HEADER;
 
 /// The lifetime rules of every connection, and the replica's name.
@@ -89,6 +89,8 @@ pub struct Lifetime {
     pub burst_streams: usize,
     /// Sent as `routing-replica` on every response; `None`: no header.
     pub replica: Option<HeaderValue>,
+    /// Where each GOAWAY these rules send is counted (`None`: nowhere).
+    pub metrics: Option<&'static ConnectionMetrics>,
 }
 
 impl Lifetime {
@@ -105,6 +107,7 @@ impl Lifetime {
                 .replica
                 .as_deref()
                 .and_then(|name| HeaderValue::from_str(name).ok()),
+            metrics: None,
         }
     }
 
@@ -265,12 +268,12 @@ pub struct Tracked<S> {
     activity: Option<Arc<Activity>>,
 }
 
-impl<S, B> Service<http::Request<B>> for Tracked<S>
+impl<S, B, RB> Service<http::Request<B>> for Tracked<S>
 where
-    S: Service<http::Request<B>, Response = http::Response<Body>, Error = Infallible>,
+    S: Service<http::Request<B>, Response = http::Response<RB>, Error = Infallible>,
     S::Future: Unpin,
 {
-    type Response = http::Response<Body>;
+    type Response = http::Response<GuardedBody<RB>>;
     type Error = Infallible;
     type Future = TrackedFuture<S::Future>;
 
@@ -296,11 +299,11 @@ pub struct TrackedFuture<F> {
     guard: Option<StreamGuard>,
 }
 
-impl<F> Future for TrackedFuture<F>
+impl<F, RB> Future for TrackedFuture<F>
 where
-    F: Future<Output = Result<http::Response<Body>, Infallible>> + Unpin,
+    F: Future<Output = Result<http::Response<RB>, Infallible>> + Unpin,
 {
-    type Output = F::Output;
+    type Output = Result<http::Response<GuardedBody<RB>>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -308,27 +311,28 @@ where
         if let Some(replica) = this.replica.take() {
             response.headers_mut().insert(REPLICA_HEADER, replica);
         }
-        if let Some(guard) = this.guard.take() {
-            response = response.map(|body| {
-                Body::new(GuardedBody {
-                    inner: body,
-                    _guard: guard,
-                })
-            });
-        }
-        Poll::Ready(Ok(response))
+        let guard = this.guard.take();
+        Poll::Ready(Ok(response.map(|inner| GuardedBody {
+            inner,
+            _guard: guard,
+        })))
     }
 }
 
-/// A response body that keeps its stream counted as open until it ends.
-struct GuardedBody {
-    inner: Body,
-    _guard: StreamGuard,
+/// A response body that keeps its stream counted as open until it ends
+/// (with no idle rule, it keeps nothing and passes every frame through).
+#[derive(Debug)]
+pub struct GuardedBody<B> {
+    inner: B,
+    _guard: Option<StreamGuard>,
 }
 
-impl HttpBody for GuardedBody {
+impl<B> HttpBody for GuardedBody<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+{
     type Data = Bytes;
-    type Error = tonic::Status;
+    type Error = B::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
@@ -417,6 +421,14 @@ where
         if going_away.is_none() {
             connection.as_mut().graceful_shutdown();
             going_away = Some(reason);
+            if let Some(metrics) = rules.metrics {
+                metrics.goaway(match reason {
+                    GoingAway::Drain => GoawayReason::ServerShutdown,
+                    GoingAway::Age => GoawayReason::MaxConnectionAge,
+                    GoingAway::Idle => GoawayReason::MaxConnectionIdle,
+                    GoingAway::IdleAfterBurst => GoawayReason::IdleAfterBurst,
+                });
+            }
         }
         match reason {
             GoingAway::Age => {

@@ -27,6 +27,7 @@ use crate::connection::ping_floor::{PingPolicy, PingVerdict, ack_then};
 use crate::connection::policy::ConnectionPolicy;
 use crate::connection::verdict::ControlVerdict;
 use crate::connection::window_updates::WindowUpdateBudget;
+use crate::metrics::connection::{ConnectionMetrics, GoawayReason};
 
 /// The bytes a rule wants written before the connection closes: its
 /// GOAWAY, after the ACK of the PING that earned it for the ping floor.
@@ -47,6 +48,8 @@ pub struct FrameRules {
     open_streams: HashSet<u32>,
     /// Highest stream id the client opened, for GOAWAY's last-stream-id.
     last_stream_id: u32,
+    /// Where PINGs and each rule's GOAWAY are counted.
+    metrics: &'static ConnectionMetrics,
 }
 
 impl FrameRules {
@@ -57,7 +60,14 @@ impl FrameRules {
             window_updates: policy.window_update_budget.map(WindowUpdateBudget::new),
             open_streams: HashSet::new(),
             last_stream_id: 0,
+            metrics: policy.metrics,
         }
+    }
+
+    /// Counts a GOAWAY the connection sends for a rule outside this file
+    /// (a per-call guard's, see [`crate::call::close`]).
+    pub fn count_goaway(&self, reason: GoawayReason) {
+        self.metrics.goaway(reason);
     }
 
     /// Highest stream id the client opened, for GOAWAY's last-stream-id.
@@ -134,6 +144,7 @@ impl FrameRules {
             && !going_away
         {
             tracing::warn!(peer = %info.remote_addr, stream = h.stream_id, "too many window updates: GOAWAY ENHANCE_YOUR_CALM too_many_window_updates");
+            self.metrics.goaway(GoawayReason::TooManyWindowUpdates);
             return Some(GoAway::too_many_window_updates(self.last_stream_id).encode());
         }
         None
@@ -170,6 +181,7 @@ impl FrameRules {
         going_away: bool,
         info: &ConnectionInfo,
     ) -> Option<GoawayBytes> {
+        self.metrics.pings_received.increment(1);
         match self
             .pings
             .on_ping(Instant::now(), !self.open_streams.is_empty())
@@ -181,6 +193,7 @@ impl FrameRules {
             }
             PingVerdict::TooMany if !going_away => {
                 tracing::warn!(peer = %info.remote_addr, "too many pings: PING ACK, then GOAWAY ENHANCE_YOUR_CALM too_many_pings");
+                self.metrics.goaway(GoawayReason::TooManyPings);
                 Some(ack_then(
                     payload,
                     GoAway::too_many_pings(self.last_stream_id),
@@ -203,6 +216,7 @@ impl FrameRules {
             && !going_away
         {
             tracing::warn!(peer = %info.remote_addr, frame = kind::name(h.kind), "too many control frames: GOAWAY ENHANCE_YOUR_CALM too_many_control_frames");
+            self.metrics.goaway(GoawayReason::TooManyControlFrames);
             return Some(GoAway::too_many_control_frames(self.last_stream_id).encode());
         }
         None

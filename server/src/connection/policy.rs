@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::metrics::connection::ConnectionMetrics;
+
 /// The rules every connection is held to.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionPolicy {
@@ -28,4 +30,7 @@ pub struct ConnectionPolicy {
     /// WINDOW_UPDATEs on open streams and the connection beyond what the
     /// DATA sent calls for ([`crate::connection::window_updates::WindowUpdateBudget`]; `None`: no guard).
     pub window_update_budget: Option<u32>,
+    /// Where the connection counts what its rules decide (no-ops with
+    /// metrics off).
+    pub metrics: &'static ConnectionMetrics,
 }

@@ -216,6 +216,7 @@ impl Connection {
             }
             let rule = self.info.closer.rule();
             if matches!(self.goaway, GoawayWrite::None) {
+                self.rules.count_goaway(rule.into());
                 let goaway =
                     GoAway::enhance_your_calm(self.rules.last_stream_id(), rule.debug_data());
                 self.goaway = GoawayWrite::pending(goaway.encode());
@@ -415,6 +416,7 @@ mod tests {
             tcp_user_timeout: None,
             tcp_notsent_lowat: None,
             window_update_budget: None,
+            metrics: &crate::metrics::connection::OFF,
         })
         .await;
 
@@ -473,6 +475,7 @@ mod tests {
             tcp_user_timeout: None,
             tcp_notsent_lowat: None,
             window_update_budget: None,
+            metrics: &crate::metrics::connection::OFF,
         })
         .await;
 

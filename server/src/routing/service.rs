@@ -74,6 +74,11 @@ impl RoutingApi {
         self
     }
 
+    /// The response budget, which every clone shares (for the metrics).
+    pub fn response_budget(&self) -> Arc<ByteBudget> {
+        Arc::clone(&self.response_budget)
+    }
+
     /// ListRoutes as served: the page the request asks for, which shares the
     /// catalog. Nothing is copied or encoded yet, but [`Page::encoded_len`]
     /// already tells how many bytes the answer will take.

@@ -17,25 +17,28 @@ use crate::connection::policy::ConnectionPolicy;
 use crate::knobs::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN};
 
 /// Accepts connections on `listener` in a task of its own and yields them,
-/// at most `max_connections` alive at once. The task ends when the receiver
-/// is dropped, which closes the listening socket.
+/// at most `slots`' permits alive at once (see [`connection_slots`]). The
+/// task ends when the receiver is dropped, which closes the listening
+/// socket.
 pub fn incoming(
     listener: TcpListener,
-    max_connections: u64,
+    slots: Arc<Semaphore>,
     policy: ConnectionPolicy,
 ) -> io::Result<mpsc::Receiver<Accepted>> {
     let listening = Listening::new(listener)?;
     let (tx, rx) = mpsc::channel(1);
+    tokio::spawn(accept_loop(listening, slots, policy, tx));
+    Ok(rx)
+}
+
+/// One permit per connection the server may serve at once: each accepted
+/// connection holds one until it ends, so the permits in use are the
+/// connections open.
+pub fn connection_slots(max_connections: u64) -> (Arc<Semaphore>, usize) {
     let slots = usize::try_from(max_connections)
         .unwrap_or(usize::MAX)
         .min(Semaphore::MAX_PERMITS);
-    tokio::spawn(accept_loop(
-        listening,
-        Arc::new(Semaphore::new(slots)),
-        policy,
-        tx,
-    ));
-    Ok(rx)
+    (Arc::new(Semaphore::new(slots)), slots)
 }
 
 async fn accept_loop(
@@ -57,6 +60,7 @@ async fn accept_loop(
                 // Over the cap: close at once (dropping the stream). The
                 // client sees its connection end; the server does no work.
                 let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                    policy.metrics.cap_refusals.increment(1);
                     if !at_cap {
                         tracing::warn!(%peer, "connection cap reached: closing new connections until one ends");
                         at_cap = true;
@@ -64,6 +68,7 @@ async fn accept_loop(
                     continue;
                 };
                 at_cap = false;
+                policy.metrics.accepted.increment(1);
                 let connection = Accepted::new(stream, peer, slot, policy);
                 if tx.send(connection).await.is_err() {
                     return;

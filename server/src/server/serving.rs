@@ -35,6 +35,7 @@ use crate::{
     connection::policy::ConnectionPolicy,
     connection::tls::ServerTls,
     knobs::Config,
+    metrics::{Metrics, a66::CallMetricsLayer, connection::Closed, endpoint},
     routing::catalog::Catalog,
     routing::faults::Faults,
     routing::service::{RoutingApi, RoutingServer},
@@ -96,6 +97,8 @@ fn routing_server(api: RoutingApi, config: &Config) -> RoutingServer {
 /// the byte budgets (shared by every worker's copy of the service) and the
 /// drain, which waits for every worker's connections.
 ///
+/// With `config.metrics_listen`, binds it first (see [`run_with`]).
+///
 /// hyper serves each connection directly rather than through tonic's
 /// `Server`: tonic adds a router, boxed futures and bodies, and a `date`
 /// header to every call, about 10 % of GetQuote's CPU on the test machine
@@ -103,9 +106,40 @@ fn routing_server(api: RoutingApi, config: &Config) -> RoutingServer {
 /// the client's `grpc-timeout`, is done in [`crate::call::request_guards`].
 pub async fn run(
     listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), Error> {
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(endpoint::bind(addr).await?),
+        None => None,
+    };
+    run_with(listener, metrics_listener, config, shutdown).await
+}
+
+/// Every method the server mounts, as gRFC A66's `grpc_method` names them
+/// (any other path is recorded as `other`).
+pub const SERVED_METHODS: [&str; 6] = [
+    routing_contracts::GET_QUOTE,
+    routing_contracts::LIST_ROUTES,
+    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+];
+
+/// [`run`], with the metrics listener already bound (`None`: metrics off),
+/// as the tests and `main` (which must report a bad metrics address before
+/// it serves anything) call it.
+pub async fn run_with(
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
     mut config: Config,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
+    let metrics = Arc::new(match metrics_listener {
+        Some(_) => Metrics::on(&SERVED_METHODS),
+        None => Metrics::off(),
+    });
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<RoutingServiceServer<RoutingApi>>()
@@ -138,11 +172,14 @@ pub async fn run(
             .with(health_service.clone())
             .with(descriptors().build_v1()?)
             .with(descriptors().build_v1alpha()?);
-        Ok(EdgeLayer::new(EdgeConfig {
+        let edge = EdgeLayer::new(EdgeConfig {
             request_budget: Arc::clone(&request_budget),
             request_deadline: config.request_deadline(),
         })
-        .layer(services))
+        .layer(services);
+        // Outermost, so a call is recorded with the status the client gets,
+        // the edge's own (DEADLINE_EXCEEDED, 415) included.
+        Ok(CallMetricsLayer::new(metrics.calls.clone()).layer(edge))
     };
     let http2 = http2_settings(&config);
     let tls = ServerTls::from_config(&config)?;
@@ -151,9 +188,10 @@ pub async fn run(
     let max_connections = config
         .max_connections
         .unwrap_or_else(fd_limit::default_max_connections);
+    let (slots, slot_count) = accept::connection_slots(max_connections);
     let mut incoming = accept::incoming(
         listener,
-        max_connections,
+        Arc::clone(&slots),
         ConnectionPolicy {
             handshake_timeout: config.handshake_timeout(),
             min_ping_interval: config.min_ping_interval(),
@@ -163,10 +201,24 @@ pub async fn run(
             tcp_notsent_lowat: config.tcp_notsent_lowat(),
             control_frame_budget: config.control_frame_budget(),
             window_update_budget: config.window_update_budget(),
+            metrics: metrics.connections,
         },
     )?;
     let connections = ServerDrain::new();
-    let lifetime = Arc::new(Lifetime::from_config(&config));
+    let lifetime = Arc::new(Lifetime {
+        metrics: Some(metrics.connections),
+        ..Lifetime::from_config(&config)
+    });
+    let metrics_task = metrics_listener.map(|listener| {
+        watch_state(&metrics, &slots, slot_count, &request_budget, &api);
+        let address = listener.local_addr().ok();
+        tracing::info!(
+            ?address,
+            path = endpoint::PATH,
+            "serving metrics (Prometheus text format)"
+        );
+        tokio::spawn(endpoint::serve(listener, Arc::clone(&metrics)))
+    });
     let mut serve = Vec::with_capacity(workers);
     for _ in 0..workers {
         let (service, http2, tls) = (worker_service()?, http2.clone(), tls.clone());
@@ -216,13 +268,16 @@ pub async fn run(
         }
     }
     workers.stop().await;
+    if let Some(task) = metrics_task {
+        task.abort();
+    }
     tracing::info!("server stopped");
     Ok(())
 }
 
 /// Serves one connection on the worker it was handed to, until it ends or
 /// the drain closes it.
-async fn serve_connection<S>(
+async fn serve_connection<S, RB>(
     accepted: Accepted,
     mut watcher: DrainWatcher,
     service: S,
@@ -230,17 +285,25 @@ async fn serve_connection<S>(
     tls: Option<ServerTls>,
     lifetime: Arc<Lifetime>,
 ) where
-    S: Service<http::Request<Incoming>, Response = http::Response<Body>, Error = Infallible>
+    S: Service<http::Request<Incoming>, Response = http::Response<RB>, Error = Infallible>
         + Clone
         + Send
         + 'static,
     S::Future: Send + Unpin + 'static,
+    RB: http_body::Body<Data = bytes::Bytes> + Send + Unpin + 'static,
+    RB::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let peer = accepted.peer();
+    let closed = |how| {
+        if let Some(metrics) = lifetime.metrics {
+            metrics.closed(how);
+        }
+    };
     let connection = match accepted.serve(tls.as_ref(), &mut watcher).await {
         Ok(connection) => connection,
         Err(e) => {
             tracing::debug!(%peer, "connection not served: {e}");
+            closed(Closed::NotServed);
             return;
         }
     };
@@ -256,8 +319,54 @@ async fn serve_connection<S>(
     let peak_streams = Arc::clone(&per_call.info.peak_streams);
     let (per_call, activity) = lifetime.track(per_call, peak_streams);
     let serving = http2.serve_connection(io, TowerToHyperService::new(per_call));
-    if let Err(e) = lifetime::serve(serving, watcher, &lifetime, activity).await {
-        tracing::debug!("connection ended with an error: {e}");
+    match lifetime::serve(serving, watcher, &lifetime, activity).await {
+        Ok(()) => closed(Closed::Clean),
+        Err(e) => {
+            tracing::debug!("connection ended with an error: {e}");
+            closed(Closed::Error);
+        }
+    }
+}
+
+/// Sets, before each scrape, the gauges whose value the server keeps
+/// anyway: connections open (the accept loop's permits in use), and each
+/// budget's bytes held and refusals.
+fn watch_state(
+    metrics: &Metrics,
+    slots: &Arc<tokio::sync::Semaphore>,
+    slot_count: usize,
+    request_budget: &Arc<ByteBudget>,
+    api: &RoutingApi,
+) {
+    let Some(registry) = metrics.registry() else {
+        return;
+    };
+    let open = registry.gauge(
+        "routing_server_connections_open",
+        &[],
+        "Connections open now (accepted and not yet ended)",
+    );
+    let slots = Arc::clone(slots);
+    metrics
+        .on_scrape(move || open.set(slot_count.saturating_sub(slots.available_permits()) as f64));
+    for (label, budget) in [
+        ("request", Arc::clone(request_budget)),
+        ("response", api.response_budget()),
+    ] {
+        let held = registry.gauge(
+            "routing_server_budget_bytes_held",
+            &[("budget", label)],
+            "Bytes each server-wide budget holds now (--request-budget-bytes, --response-budget-bytes)",
+        );
+        let refused = registry.counter(
+            "routing_server_budget_refusals_total",
+            &[("budget", label)],
+            "Calls refused with RESOURCE_EXHAUSTED because a budget (or a connection's share) was full",
+        );
+        metrics.on_scrape(move || {
+            held.set(budget.in_use() as f64);
+            refused.absolute(budget.refusals());
+        });
     }
 }
 
