@@ -3,7 +3,8 @@
 # with real grpcurl, ghz and the clients, prints PASS, and tears it down.
 # Here: the bounds, the verbs and the chapter's rows 0 to 9. In verify.d/:
 # the launchers (the only place --local and compose differ), and sections 10
-# to 12 (an emulated link, a load balancer, TLS), each with its bounds.
+# to 13 (an emulated link, a load balancer, TLS, deadlines and retries),
+# each with its bounds.
 # Run ./verify.sh --help for the modes and every override.
 # jq programs use $variables inside single quotes on purpose:
 # shellcheck disable=SC2016
@@ -19,7 +20,7 @@ set -euo pipefail
 
 # ─── Bounds: every threshold of rows 0 to 9. Each is overridable by env. ─────
 # They are loose and relative on purpose: they must hold on a laptop, a busy
-# CI runner and a container network alike. Sections 10 to 12 keep theirs at
+# CI runner and a container network alike. Sections 10 to 13 keep theirs at
 # the top of their files in verify.d/.
 FOOTGUN_FACTOR=${FOOTGUN_FACTOR:-1.8}     # footgun median_call_s > pooled median_call_s x this
 P99_CEILING_MS=${P99_CEILING_MS:-1500}    # ghz GetQuote p99 latency < this (ms)
@@ -53,7 +54,7 @@ COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-}
 SERVICE=shipping.routing.v1.RoutingService
 QUOTE_JSON='{"origin":"NLRTM","destination":"SGSIN","cargo":[{"description":"machine parts","weightKg":400.4}]}'
 
-# ─── The launchers, and sections 10 to 12 (bounds, verbs, rows) ──────────────
+# ─── The launchers, and sections 10 to 13 (bounds, verbs, rows) ──────────────
 # Read from the repository, like lb/*.cfg and contracts/proto.
 cd "$(dirname "$0")"
 # shellcheck source=verify.d/launchers.sh
@@ -64,6 +65,8 @@ source verify.d/10-network.sh
 source verify.d/11-balancer.sh
 # shellcheck source=verify.d/12-tls.sh
 source verify.d/12-tls.sh
+# shellcheck source=verify.d/13-deadlines.sh
+source verify.d/13-deadlines.sh
 
 usage() {
   cat <<EOF
@@ -79,7 +82,8 @@ Modes:
   (default)      Docker Compose: builds the image, starts the server, runs
                  grpcurl, ghz and the clients as containers (profile "tools");
                  section 11 starts HAProxy and six replicas (profile "lb"),
-                 section 12 a TLS server (profile "tls").
+                 section 12 a TLS server (profile "tls"), section 13 three
+                 servers with faults and metrics (profile "faults").
   COMPOSE=podman-compose ./verify.sh
                  The same with Podman. Readiness is polled by this script.
   --local        No containers: builds with cargo, starts routing-server on a
@@ -100,6 +104,8 @@ Overrides (environment):
              BALANCE_CALLS=$BALANCE_CALLS AGED_SECS=$AGED_SECS (rows 11)
   Over TLS   TLS_FOOTGUN_MIN_RTTS=$TLS_FOOTGUN_MIN_RTTS TLS_POOLED_MAX_RTTS=$TLS_POOLED_MAX_RTTS TLS_PLAINTEXT_MAX_S=$TLS_PLAINTEXT_MAX_S
              TLS_CPU_MIN_RATIO=$TLS_CPU_MIN_RATIO TLS_CPU_CALLS=$TLS_CPU_CALLS (rows 12)
+  Deadlines  DEADLINE_MS=$DEADLINE_MS DEADLINE_MARGIN_MS=$DEADLINE_MARGIN_MS DEADLINE_RATE=$DEADLINE_RATE CANCEL_SEEN=$CANCEL_SEEN
+             NAIVE_MIN=$NAIVE_MIN THROTTLED_MAX=$THROTTLED_MAX RETRY_CALLS=$RETRY_CALLS (rows 13)
   Workload   CALLS=$CALLS LINK_CALLS=$LINK_CALLS GHZ_CONCURRENCY=$GHZ_CONCURRENCY GHZ_TOTAL=$GHZ_TOTAL IDLE_SECS=$IDLE_SECS
   Limits     READY_TIMEOUT_S=$READY_TIMEOUT_S READY_PROBE_S=$READY_PROBE_S TOOL_TIMEOUT_S=$TOOL_TIMEOUT_S
              BUILD_TIMEOUT_S=$BUILD_TIMEOUT_S
@@ -416,10 +422,11 @@ check "9b ghz GetQuote p99 latency" "${p99_ms} ms" "< ${P99_CEILING_MS} ms" "$p9
 check "9c ghz GetQuote throughput" "${rps} rps" "> ${RPS_FLOOR} rps" "$rps_ok" ghz
 note "ghz GetQuote (-c $GHZ_CONCURRENCY -n $GHZ_TOTAL)" "$rps rps, p50 $p50_ms ms, p99 $p99_ms ms"
 
-# ─── 10 to 12: on an emulated link, behind a load balancer, over TLS ────────
+# ─── 10 to 13: on an emulated link, behind a load balancer, over TLS, deadlines
 network_rows  # verify.d/10-network.sh
 balancer_rows # verify.d/11-balancer.sh
 tls_rows      # verify.d/12-tls.sh
+deadline_rows # verify.d/13-deadlines.sh
 
 # ─── Summary ─────────────────────────────────────────────────────────────────
 printf '\nSummary (mode=%s)\n' "$mode"

@@ -187,7 +187,8 @@ start_server() {
     target_dir=$(timeout 60 cargo metadata --format-version 1 --no-deps | jq -r .target_directory) ||
       die "cannot ask cargo for its target directory (cargo metadata failed)"
     bin_dir=$target_dir/release
-    for bin in routing-server footgun-client pooled-client gzip-client keepalive-client window-client balance-client; do
+    for bin in routing-server footgun-client pooled-client gzip-client keepalive-client window-client balance-client \
+      deadline-client retry-client; do
       if [[ ! -x $bin_dir/$bin ]]; then
         [[ $build == no ]] && die "$bin_dir/$bin is missing: run without --no-build"
         die "$bin_dir/$bin is missing after cargo build"
@@ -236,6 +237,20 @@ start_extra() {
   fi
   wait_serving "${name}_ready" "$extra_target" "$pid" -plaintext
   [[ $status == SERVING ]] || fail "$row" "${status:-no answer}" "SERVING" "${name}_ready"
+}
+
+# metrics_of NAME SERVICE: the /metrics URL of a server start_extra started
+# as NAME with --metrics-listen 127.0.0.1:0 (section 13): --local, the
+# address the server logged; compose, SERVICE's port 9464
+# (ROUTING_METRICS_LISTEN in compose.yaml), by name from the clients' container.
+metrics_of() {
+  local addr
+  if [[ $mode == local ]]; then
+    addr=$(grep -o 'address=Some(127\.0\.0\.1:[0-9]*)' "$scratch/$1.log" | head -n 1 | tr -d '()' || true)
+    echo "http://${addr#address=Some}/metrics"
+  else
+    echo "http://$2:9464/metrics"
+  fi
 }
 
 # ─── Launchers: HAProxy and its replicas ─────────────────────────────────────

@@ -32,6 +32,9 @@ pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 /// anything larger is not the server this client expects.
 pub const SCRAPE_MAX_BYTES: u64 = 1024 * 1024;
 
+/// routing-server's gauge of calls whose handler is alive.
+pub const CALLS_IN_FLIGHT: &str = "routing_server_calls_in_flight";
+
 /// GetQuote as the server's `grpc_method` label spells it (no leading `/`).
 pub fn get_quote_method() -> &'static str {
     routing_contracts::GET_QUOTE.trim_start_matches('/')
@@ -133,7 +136,7 @@ impl ServerMetrics {
 
     /// Calls whose handler is alive on the server now.
     pub fn calls_in_flight(&self) -> f64 {
-        self.sum("routing_server_calls_in_flight", &[])
+        self.sum(CALLS_IN_FLIGHT, &[])
     }
 }
 

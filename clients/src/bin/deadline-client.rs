@@ -44,7 +44,7 @@ use clap::Parser;
 use routing_clients::{
     Baseline, Error, LinkReport, TlsReport, finish, header_probe, init_tracing,
     sample_quote_request, seconds,
-    server_metrics::{MetricsUrl, Reading, ServerMetrics},
+    server_metrics::{self, MetricsUrl, Reading, ServerMetrics},
 };
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
 use serde::Serialize;
@@ -94,6 +94,10 @@ struct Args {
     /// http://127.0.0.1:9464/metrics [default: none, no server fields].
     #[arg(long, env = "ROUTING_METRICS_URL")]
     metrics: Option<MetricsUrl>,
+    /// The gauge of handlers alive in --metrics: routing-server's, or another
+    /// server's (the grpc-go peer's is routing_peer_handlers_running).
+    #[arg(long, default_value = server_metrics::CALLS_IN_FLIGHT)]
+    in_flight_series: String,
     /// Calls started per second in the rate phases (a fixed arrival rate,
     /// whatever the answers do).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -326,7 +330,7 @@ async fn rate_phase(
             ended: ended_by_status(&before, &after),
             in_flight_peak: samples.iter().map(|&(_, n)| n).max().unwrap_or(0),
             in_flight: samples,
-            in_flight_after_settle: count_of(after.calls_in_flight()),
+            in_flight_after_settle: count_of(after.sum(&args.in_flight_series, &[])),
         }),
         total_s: seconds(started.elapsed()),
     })
@@ -361,8 +365,8 @@ async fn cancel_phase(
     let after = scrape(args).await?;
     let server = match (before, during, after) {
         (Some(before), Some(during), Some(after)) => Some(ServerCancel {
-            in_flight_before_cancel: count_of(during.calls_in_flight()),
-            handlers_running_after_settle: count_of(after.calls_in_flight()),
+            in_flight_before_cancel: count_of(during.sum(&args.in_flight_series, &[])),
+            handlers_running_after_settle: count_of(after.sum(&args.in_flight_series, &[])),
             ended: ended_by_status(&before, &after),
         }),
         _ => None,
@@ -394,6 +398,7 @@ impl Sampler {
     fn start(args: &Args) -> Self {
         let (stop, mut stopped) = watch::channel(false);
         let url = args.metrics.clone();
+        let series = args.in_flight_series.clone();
         let period = Duration::from_millis(args.sample_ms);
         let task = tokio::spawn(async move {
             let mut samples = Vec::new();
@@ -408,7 +413,7 @@ impl Sampler {
                 // A failed reading is skipped: the phase's own scrapes report errors.
                 if let Ok(metrics) = ServerMetrics::fetch(&url).await {
                     let at = (started.elapsed().as_secs_f64() * 100.0).round() / 100.0;
-                    samples.push((at, count_of(metrics.calls_in_flight())));
+                    samples.push((at, count_of(metrics.sum(&series, &[]))));
                 }
             }
         });
