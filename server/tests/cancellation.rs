@@ -222,3 +222,31 @@ async fn routing_server_answers_deadline_exceeded_at_the_clients_deadline() {
         "answered after {took:?}, not after the 2 s delay"
     );
 }
+
+/// Given a stock tonic `Server` whose handler is slow, when a raw HTTP/2
+/// client sends `grpc-timeout: 100m`, then tonic ends the call at the
+/// deadline, but with CANCELLED ("Timeout expired"), where grpc-go and
+/// routing-server answer DEADLINE_EXCEEDED.
+#[tokio::test]
+async fn stock_tonic_answers_cancelled_at_the_deadline() {
+    let (addr, _running) = start(true).await;
+    let mut h2 = support::raw_h2(addr).await;
+    let mut request =
+        support::grpc_request(addr, support::GET_QUOTE, &sample_quote_request(), false);
+    request
+        .headers_mut()
+        .insert("grpc-timeout", http::HeaderValue::from_static("100m"));
+
+    let response = h2.send_request(request).await.expect("an answer");
+
+    let header = |name| response.headers().get(name).map(|v| v.as_bytes().to_vec());
+    assert_eq!(
+        header("grpc-status").as_deref(),
+        Some(&b"1"[..]),
+        "CANCELLED is 1"
+    );
+    assert_eq!(
+        header("grpc-message").as_deref(),
+        Some(&b"Timeout expired"[..])
+    );
+}
