@@ -245,8 +245,9 @@ async fn stock_tonic_answers_cancelled_at_the_deadline() {
         Some(&b"1"[..]),
         "CANCELLED is 1"
     );
+    // grpc-message is percent-encoded on the wire.
     assert_eq!(
         header("grpc-message").as_deref(),
-        Some(&b"Timeout expired"[..])
+        Some(&b"Timeout%20expired"[..])
     );
 }
