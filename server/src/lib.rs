@@ -44,7 +44,9 @@
 //!   pagination and field masks (pure data), [`routing::page_codec`] a page's
 //!   wire encoding and every field number, [`routing::service`] the gRPC
 //!   adapter that maps both onto `Status` codes and gzips only ListRoutes
-//!   pages, [`routing::replica`] the `routing-replica` header.
+//!   pages, [`routing::replica`] the `routing-replica` header,
+//!   [`routing::faults`] GetQuote slowed or failed on purpose (lever 6, off
+//!   by default).
 //! - [`metrics`], a leaf every layer counts into: [`metrics::a66`] gRFC
 //!   A66's per-call metrics as a tower layer, [`metrics::connection`] the
 //!   connection counters, [`metrics::registry`] one registry per server,
