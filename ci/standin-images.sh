@@ -15,6 +15,10 @@
 #   server    the repository's real Dockerfile, final stage, built on the two above
 #   grpcurl   FROM scratch + a `go install`ed grpcurl, entrypoint /bin/grpcurl
 #   ghz       FROM scratch + a `go install`ed ghz, entrypoint /ghz
+#   prometheus FROM scratch + this host's prometheus (Debian's package, which
+#             CI installs) and the libraries it links, standing in for the
+#             official prom/prometheus 2.x: entrypoint /bin/prometheus, user
+#             nobody (compose.yaml gives its whole command)
 #   haproxy   FROM scratch + this host's haproxy (Debian's package, which CI
 #             installs) and the libraries it links, standing in for the
 #             official haproxy:2.6: the same entrypoint behaviour for
@@ -86,7 +90,16 @@ printf '%s\n' 'FROM scratch' 'COPY . /' 'USER 99:99' \
   >"$work/haproxy/Containerfile"
 build haproxy "$work/haproxy"
 
+# prometheus: the host's binary and its libraries (ci/prometheus-standin.sh).
+# shellcheck source=ci/prometheus-standin.sh
+source "$repo/ci/prometheus-standin.sh"
+prometheus_standin "$work/prometheus"
+printf '%s\n' 'FROM scratch' 'COPY . /' 'USER 65534:65534' 'ENTRYPOINT ["/bin/prometheus"]' \
+  >"$work/prometheus/Containerfile"
+build prometheus "$work/prometheus"
+
 echo "ROUTING_IMAGE=localhost/standin-routing-server:$tag"
 echo "GRPCURL_IMAGE=localhost/standin-grpcurl:$tag"
 echo "GHZ_IMAGE=localhost/standin-ghz:$tag"
 echo "HAPROXY_IMAGE=localhost/standin-haproxy:$tag"
+echo "PROMETHEUS_IMAGE=localhost/standin-prometheus:$tag"
