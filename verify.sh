@@ -29,7 +29,7 @@ GZIP_RANDOM_MIN_PERCENT=${GZIP_RANDOM_MIN_PERCENT:-70} # on the random catalog, 
 DEAD_PEER_MAX_S=${DEAD_PEER_MAX_S:-10}    # keepalive finds the dead peer within this (s); it needs 1 s + 1 s
 TIMING_ATTEMPTS=${TIMING_ATTEMPTS:-3}     # tries for timing checks (4, 9, 10a/b, 12e-g); each failure is printed
 GZIP_SERVER_MAX_PERCENT=${GZIP_SERVER_MAX_PERCENT:-1} # the server's own count: gzip page's message bytes <= this % of identity's (the repeated filler shrinks ~700x)
-PROBE_CONNS=${PROBE_CONNS:-1}             # connections the engine's healthcheck (routing-server probe, every 5 s) may add to a count of the server's (row 4d); 0 in --local
+PROBE_CONNS=${PROBE_CONNS:-1}             # connections the engine's healthcheck (routing-server probe, every 5 s, compose only) may add to a count of the server's (row 4d)
 PROM_FRESH_S=${PROM_FRESH_S:-30}          # a scrape of a server must begin after a step within this (s): a new target is found within 5 s (Prometheus batches discovery), then scraped every 1 s
 
 # ─── Workload ────────────────────────────────────────────────────────────────
@@ -88,7 +88,7 @@ Modes:
   --local        No containers: builds with cargo, starts routing-server on a
                  free loopback port, and uses grpcurl and ghz from PATH.
                  Section 11 also starts six replicas and haproxy (PATH)
-                 with lb/haproxy.cfg.
+                 with lb/haproxy.cfg; prometheus (PATH) scrapes them all.
                  The binaries are taken from cargo's target directory
                  (CARGO_TARGET_DIR is honoured).
   --no-build     Use images (or, with --local, release binaries) that
@@ -97,6 +97,7 @@ Modes:
 Overrides (environment):
   Bounds     FOOTGUN_FACTOR=$FOOTGUN_FACTOR P99_CEILING_MS=$P99_CEILING_MS RPS_FLOOR=$RPS_FLOOR
              GZIP_MAX_PERCENT=$GZIP_MAX_PERCENT GZIP_RANDOM_MIN_PERCENT=$GZIP_RANDOM_MIN_PERCENT TIMING_ATTEMPTS=$TIMING_ATTEMPTS
+  Metrics    GZIP_SERVER_MAX_PERCENT=$GZIP_SERVER_MAX_PERCENT PROBE_CONNS=$PROBE_CONNS PROM_FRESH_S=$PROM_FRESH_S
   On a link  LINK=$LINK FOOTGUN_MIN_RTTS=$FOOTGUN_MIN_RTTS POOLED_MAX_RTTS=$POOLED_MAX_RTTS
              GZIP_LINK_MAX_FRACTION=$GZIP_LINK_MAX_FRACTION NAT_IDLE_SECS=$NAT_IDLE_SECS NAT_ABANDON_SECS=$NAT_ABANDON_SECS
   Balancer   PINNED_SHARE=$PINNED_SHARE SPREAD_SHARE=$SPREAD_SHARE AGED_SHARE=$AGED_SHARE
@@ -108,8 +109,9 @@ Overrides (environment):
              BUILD_TIMEOUT_S=$BUILD_TIMEOUT_S
   Compose    COMPOSE="$COMPOSE" ROUTING_PORT=$ROUTING_PORT COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-grpc-tuning}
              Published on 127.0.0.1 too: ROUTING_TLS_PORT (9443), LB_L4_PORT (9280),
-             LB_L7_PORT (9281), LB_STATS_PORT (9285)
-             ROUTING_IMAGE, GRPCURL_IMAGE, GHZ_IMAGE, HAPROXY_IMAGE (see compose.yaml)
+             LB_L7_PORT (9281), LB_STATS_PORT (9285), ROUTING_METRICS_PORT (9464),
+             PROMETHEUS_PORT (9090)
+             ROUTING_IMAGE, GRPCURL_IMAGE, GHZ_IMAGE, HAPROXY_IMAGE, PROMETHEUS_IMAGE (see compose.yaml)
 EOF
 }
 

@@ -15,4 +15,7 @@ prometheus_standin() {
     cp --parents -L "$lib" "$dir/"
   done
   cp "$bin" "$dir/bin/prometheus"
+  # Owned by the user the image runs as, as in the official image: the
+  # volume compose mounts there takes this owner.
+  chown 65534:65534 "$dir/prometheus"
 }

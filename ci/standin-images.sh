@@ -94,9 +94,11 @@ build haproxy "$work/haproxy"
 # shellcheck source=ci/prometheus-standin.sh
 source "$repo/ci/prometheus-standin.sh"
 prometheus_standin "$work/prometheus"
-printf '%s\n' 'FROM scratch' 'COPY . /' 'USER 65534:65534' 'ENTRYPOINT ["/bin/prometheus"]' \
-  >"$work/prometheus/Containerfile"
-build prometheus "$work/prometheus"
+# Imported from a tarball, not built: a build's COPY would make /prometheus
+# root's, and its user must own it.
+tar --numeric-owner -C "$work/prometheus" -c . |
+  podman import --change 'USER 65534:65534' --change 'ENTRYPOINT ["/bin/prometheus"]' \
+    - "localhost/standin-prometheus:$tag" >/dev/null
 
 echo "ROUTING_IMAGE=localhost/standin-routing-server:$tag"
 echo "GRPCURL_IMAGE=localhost/standin-grpcurl:$tag"
