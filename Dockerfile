@@ -39,7 +39,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && mkdir -p /out \
  && cp target/release/routing-server target/release/footgun-client target/release/pooled-client \
        target/release/gzip-client target/release/keepalive-client target/release/window-client \
-       target/release/balance-client target/release/routing-link /out/
+       target/release/balance-client target/release/deadline-client target/release/retry-client \
+       target/release/routing-link /out/
 
 FROM ${BINARIES} AS binaries
 

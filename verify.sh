@@ -29,6 +29,9 @@ GZIP_MAX_PERCENT=${GZIP_MAX_PERCENT:-5}   # gzip wire bytes ≤ this % of identi
 GZIP_RANDOM_MIN_PERCENT=${GZIP_RANDOM_MIN_PERCENT:-70} # on the random catalog, gzip wire bytes >= this % of identity: 93 printable characters carry log2(93) = 6.5 bits in 8, so gzip's Huffman codes stay near 82 %
 DEAD_PEER_MAX_S=${DEAD_PEER_MAX_S:-10}    # keepalive finds the dead peer within this (s); it needs 1 s + 1 s
 TIMING_ATTEMPTS=${TIMING_ATTEMPTS:-3}     # tries for timing checks (4, 9, 10a/b, 12e-g); each failure is printed
+GZIP_SERVER_MAX_PERCENT=${GZIP_SERVER_MAX_PERCENT:-1} # the server's own count: gzip page's message bytes <= this % of identity's (the repeated filler shrinks ~700x)
+PROBE_CONNS=${PROBE_CONNS:-1}             # connections the engine's healthcheck (routing-server probe, every 5 s, compose only) may add to a count of the server's (row 4d)
+PROM_FRESH_S=${PROM_FRESH_S:-30}          # a scrape of a server must begin after a step within this (s): a new target is found within 5 s (Prometheus batches discovery), then scraped every 1 s
 
 # ─── Workload ────────────────────────────────────────────────────────────────
 CALLS=${CALLS:-50}                        # GetQuote calls per footgun/pooled run
@@ -89,7 +92,7 @@ Modes:
   --local        No containers: builds with cargo, starts routing-server on a
                  free loopback port, and uses grpcurl and ghz from PATH.
                  Section 11 also starts six replicas and haproxy (PATH)
-                 with lb/haproxy.cfg.
+                 with lb/haproxy.cfg; prometheus (PATH) scrapes them all.
                  The binaries are taken from cargo's target directory
                  (CARGO_TARGET_DIR is honoured).
   --no-build     Use images (or, with --local, release binaries) that
@@ -98,6 +101,7 @@ Modes:
 Overrides (environment):
   Bounds     FOOTGUN_FACTOR=$FOOTGUN_FACTOR P99_CEILING_MS=$P99_CEILING_MS RPS_FLOOR=$RPS_FLOOR
              GZIP_MAX_PERCENT=$GZIP_MAX_PERCENT GZIP_RANDOM_MIN_PERCENT=$GZIP_RANDOM_MIN_PERCENT TIMING_ATTEMPTS=$TIMING_ATTEMPTS
+  Metrics    GZIP_SERVER_MAX_PERCENT=$GZIP_SERVER_MAX_PERCENT PROBE_CONNS=$PROBE_CONNS PROM_FRESH_S=$PROM_FRESH_S
   On a link  LINK=$LINK FOOTGUN_MIN_RTTS=$FOOTGUN_MIN_RTTS POOLED_MAX_RTTS=$POOLED_MAX_RTTS
              GZIP_LINK_MAX_FRACTION=$GZIP_LINK_MAX_FRACTION NAT_IDLE_SECS=$NAT_IDLE_SECS NAT_ABANDON_SECS=$NAT_ABANDON_SECS
   Balancer   PINNED_SHARE=$PINNED_SHARE SPREAD_SHARE=$SPREAD_SHARE AGED_SHARE=$AGED_SHARE
@@ -111,8 +115,9 @@ Overrides (environment):
              BUILD_TIMEOUT_S=$BUILD_TIMEOUT_S
   Compose    COMPOSE="$COMPOSE" ROUTING_PORT=$ROUTING_PORT COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-grpc-tuning}
              Published on 127.0.0.1 too: ROUTING_TLS_PORT (9443), LB_L4_PORT (9280),
-             LB_L7_PORT (9281), LB_STATS_PORT (9285)
-             ROUTING_IMAGE, GRPCURL_IMAGE, GHZ_IMAGE, HAPROXY_IMAGE (see compose.yaml)
+             LB_L7_PORT (9281), LB_STATS_PORT (9285), ROUTING_METRICS_PORT (9464),
+             PROMETHEUS_PORT (9090)
+             ROUTING_IMAGE, GRPCURL_IMAGE, GHZ_IMAGE, HAPROXY_IMAGE, PROMETHEUS_IMAGE (see compose.yaml)
 EOF
 }
 
@@ -239,6 +244,41 @@ wait_serving() {
   done
 }
 
+# ─── The servers' own metrics, read through Prometheus's HTTP API ───────────
+# prom EXPR: the value of the PromQL instant query EXPR (its first series),
+# or empty if it has none.
+prom() {
+  curl -fs --max-time 5 "$prom_url/api/v1/query" --data-urlencode "query=$1" 2>/dev/null |
+    jq -r '.data.result[0].value[1] // empty' 2>/dev/null || true
+}
+# fresh SERVICE [TARGETS]: waits until TARGETS (1 unless said) targets of
+# SERVICE are up in a scrape that began after this call, so the counters
+# read next include every step taken before it. A new target shows up in
+# Prometheus within about 5 s; a known one within a scrape interval (1 s).
+fresh() {
+  local service=$1 want=${2:-1} since got deadline=$((SECONDS + PROM_FRESH_S))
+  since=$(date +%s.%N)
+  while ((SECONDS < deadline)); do
+    # timestamp() of a selector is its sample's time (of an expression,
+    # it would be the query's): the scrape's start, for `up`.
+    got=$(prom "count(timestamp(up{service=\"$service\"}) > $since and up{service=\"$service\"} == 1)")
+    [[ ${got:-0} -ge $want ]] && return 0
+    sleep 0.25
+  done
+  prom_log >&2
+  die "Prometheus at $prom_url has no fresh scrape of $want $service target(s) after ${PROM_FRESH_S}s"
+}
+# counted SERVICE EXPR: after a fresh scrape of SERVICE, the value of EXPR
+# (0 if it has no series yet: a counter not yet incremented).
+counted() {
+  fresh "$1"
+  local value
+  value=$(prom "$2")
+  echo "${value:-0}"
+}
+# delta A B: B - A, as an integer when both are.
+delta() { jqn --argjson a "${1:-0}" --argjson b "${2:-0}" '$b - $a'; }
+
 # link_reuse PREFIX ROW FOOTGUN_MIN POOLED_MAX LAUNCHER: footgun-client and
 # pooled-client on $LINK through LAUNCHER (captured as PREFIXfootgun_link and
 # PREFIXpooled_link), up to TIMING_ATTEMPTS tries until the footgun's median
@@ -263,7 +303,8 @@ link_reuse() {
 
 # ─── Bring the stack up ──────────────────────────────────────────────────────
 start_server
-say "verify.sh: mode=$mode target=$target"
+start_prometheus
+say "verify.sh: mode=$mode target=$target prometheus=$prom_url"
 wait_serving ready "$target" "$server_pid" -plaintext
 row ASSERTION MEASURED BOUND RESULT
 check "0 health: server reports SERVING" "${status:-no answer}" "SERVING within ${READY_TIMEOUT_S}s" \
@@ -296,9 +337,14 @@ check "3 ListRoutes default page" "${got:-no answer}" "rte_001,rte_002,rte_003 n
 # ─── 4. Channel reuse ────────────────────────────────────────────────────────
 # The gate compares the median call of each client: one scheduler hiccup can
 # stretch a total by half, but barely moves the median of $CALLS calls.
+# The server counts the same connections itself (4d), read through Prometheus.
+accepted='sum(routing_server_connections_accepted_total{service="server"})'
 for try in $(seq "$TIMING_ATTEMPTS"); do
+  conns0=$(counted server "$accepted")
   capture footgun client_ footgun-client --calls "$CALLS"
+  conns1=$(counted server "$accepted")
   capture pooled client_ pooled-client --calls "$CALLS"
+  conns2=$(counted server "$accepted")
   footgun_s=$(field footgun .median_call_s)
   pooled_s=$(field pooled .median_call_s)
   footgun_ms=$(field footgun '.median_call_s * 1e6 | round / 1000')
@@ -321,22 +367,43 @@ pass "4a footgun opens a connection per call" "$footgun_conns connections" "$CAL
 pass "4b pooled reuses one connection" "$pooled_conns connection" "1"
 check "4c median call, footgun vs pooled" "$footgun_ms ms vs $pooled_ms ms (x$ratio)" "> x$FOOTGUN_FACTOR" \
   "$faster" footgun pooled
+server_footgun=$(delta "$conns0" "$conns1")
+server_pooled=$(delta "$conns1" "$conns2")
+check "4d server's count: footgun / pooled conns" "$server_footgun / $server_pooled" \
+  "$CALLS..$((CALLS + PROBE_CONNS)) / 1..$((1 + PROBE_CONNS))" \
+  "$(jqn --argjson f "$server_footgun" --argjson p "$server_pooled" --argjson n "$CALLS" --argjson k "$PROBE_CONNS" \
+    '$f >= $n and $f <= $n + $k and $p >= 1 and $p <= 1 + $k')" footgun pooled
 note "footgun ($CALLS calls)" "$(timings footgun), $footgun_conns connections"
 note "pooled ($CALLS calls)" "$(timings pooled), $pooled_conns connection"
 note "footgun / pooled, median call" "x$ratio"
 
 # ─── 5. Message caps ─────────────────────────────────────────────────────────
+# page_calls STATUS / page_bytes: the server's own ListRoutes counts (gRFC A66).
+page_calls() { counted server "sum(grpc_server_call_duration_seconds_count{service=\"server\",grpc_method=\"$SERVICE/ListRoutes\",grpc_status=\"$1\"})"; }
+page_bytes() { counted server "sum(grpc_server_call_sent_total_compressed_message_size_bytes_sum{service=\"server\",grpc_method=\"$SERVICE/ListRoutes\"})"; }
+ok0=$(page_calls OK)
+exhausted0=$(page_calls RESOURCE_EXHAUSTED)
 capture capped grpcurl_ -plaintext -d '{"pageSize":25}' "$target" "$SERVICE/ListRoutes"
 code=$(grep -o 'Code: [A-Za-z]*' "$scratch/capped.err" | head -n 1 | cut -d' ' -f2 || true)
 larger=$(grep -c 'larger than max' "$scratch/capped.err" || true)
 check "5a pageSize 25 at grpcurl's 4 MiB default" "exit $rc, ${code:-no code}" "exit 72, ResourceExhausted" \
   "$([[ $rc == 72 && $code == ResourceExhausted && $larger -ge 1 ]] && echo true)" capped
 capped_msg=$(grep -o 'Message: .*' "$scratch/capped.err" | head -n 1 || true)
+# The cap that fired is the client's: the server sent the page, and counts an OK.
+ok1=$(page_calls OK)
+server_saw="OK +$(delta "$ok0" "$ok1"), RESOURCE_EXHAUSTED +$(delta "$exhausted0" "$(page_calls RESOURCE_EXHAUSTED)")"
+check "5c the server's count of that call" "$server_saw" "OK +1, RESOURCE_EXHAUSTED +0" \
+  "$([[ $server_saw == "OK +1, RESOURCE_EXHAUSTED +0" ]] && echo true)" capped
+bytes0=$(page_bytes)
 
 capture raised grpcurl_ -plaintext -max-msg-sz "$RAISED_CAP" -d '{"pageSize":25}' "$target" "$SERVICE/ListRoutes"
 got=$(field raised '"\(.routes | length) routes \(.routes[0].id)..\(.routes[-1].id)"')
 check "5b pageSize 25 with -max-msg-sz $RAISED_CAP" "${got:-exit $rc}" "25 routes rte_001..rte_025" \
   "$([[ $got == "25 routes rte_001..rte_025" ]] && echo true)" raised
+# The page's size as the server counted it, for 7d: gzipped, since grpcurl,
+# as every grpc-go client, asks for gzip (5a's 5002495 bytes are what it
+# decompressed, which its cap then refused).
+gzip_page=$(delta "$bytes0" "$(page_bytes)")
 note "full catalog at 4 MiB" "${capped_msg#Message: }"
 
 # ─── 6. Shrink instead of raising ────────────────────────────────────────────
@@ -347,6 +414,7 @@ check "6 pageSize 25 + mask id,price at 4 MiB" "${got:-exit $rc}" "25 routes, 0 
   "$([[ $got == "25 routes, 0 with legs" ]] && echo true)" masked
 
 # ─── 7. gzip ─────────────────────────────────────────────────────────────────
+bytes0=$(page_bytes)
 capture gzip client_ gzip-client
 got=$(field gzip '"\(.result), \(.routes) routes"')
 check "7a gzip-client answers match" "${got:-exit $rc}" "MATCH, 25 routes" \
@@ -356,6 +424,9 @@ zipped=$(field gzip .gzip_wire_bytes)
 percent=$(jqn --argjson i "$identity" --argjson g "$zipped" '$g / $i * 10000 | round / 100')
 check "7b gzip wire bytes vs identity" "$zipped / $identity = $percent%" "<= $GZIP_MAX_PERCENT%" \
   "$(jqn --argjson p "$percent" --argjson k "$GZIP_MAX_PERCENT" '$p <= $k')" gzip
+# The server's count of the same two fetches: identity + gzip (5b's size).
+identity_page=$(delta "$gzip_page" "$(delta "$bytes0" "$(page_bytes)")")
+server_percent=$(jqn --argjson i "$identity_page" --argjson g "$gzip_page" 'if $i > 0 then $g / $i * 10000 | round / 100 else 100 end')
 note "identity wire bytes (25 routes)" "$identity"
 note "gzip wire bytes (25 routes)" "$zipped ($percent%)"
 note "gzip break-even link speed" "$(field gzip 'if .gzip_not_slower then "none: the gzip fetch was not slower" else "\(.break_even_bit_s / 1e6 | round) Mbit/s (gzip is faster below it)" end')"
@@ -371,6 +442,8 @@ percent_r=$(jqn --argjson i "${identity_r:-1}" --argjson g "${zipped_r:-0}" '$g 
 check "7c gzip on random bytes vs identity" "${zipped_r:-exit $rc} / ${identity_r:-?} = $percent_r%" ">= $GZIP_RANDOM_MIN_PERCENT%, MATCH" \
   "$(jq -r --argjson k "$GZIP_RANDOM_MIN_PERCENT" '.result == "MATCH" and .gzip_wire_bytes * 100 >= .identity_wire_bytes * $k' \
     "$scratch/gzip_random.out" 2>/dev/null || true)" gzip_random
+check "7d server's count: gzip page vs identity" "$gzip_page / $identity_page B = $server_percent%" "<= $GZIP_SERVER_MAX_PERCENT%" \
+  "$(jqn --argjson p "$server_percent" --argjson k "$GZIP_SERVER_MAX_PERCENT" '$p <= $k')" gzip
 note "gzip wire bytes, random catalog" "$zipped_r of $identity_r ($percent_r%)"
 note "random catalog: identity / gzip fetch" "$(field gzip_random '"\(.identity_s * 1e6 | round / 1000) ms / \(.gzip_s * 1e6 | round / 1000) ms"')"
 
@@ -378,6 +451,8 @@ note "random catalog: identity / gzip fetch" "$(field gzip_random '"\(.identity_
 # One run, three phases at once, each on its own channel: an idle gap (8a); a
 # dead peer, played by a relay inside the client's own process, so it works in
 # a container too (8b); PINGs below the server's 5 s floor (8c).
+pings_goaway='sum(routing_server_goaways_sent_total{service="server",reason="too_many_pings"})'
+goaways0=$(counted server "$pings_goaway")
 capture keepalive client_ keepalive-client --idle-secs "$IDLE_SECS"
 got=$(field keepalive '"\(.result), \(.connections) conn, \(.idle_pings_sent) PING, \(.idle_bytes_sent) B sent"')
 check "8a keepalive survives ${IDLE_SECS}s idle" "${got:-exit $rc}" "SURVIVED, 1 conn, >0 PING, >0 B" \
@@ -390,6 +465,9 @@ check "8b keepalive catches a dead peer" "${got:-exit $rc}" "DETECTED <= ${DEAD_
 got=$(field keepalive '"\(.ping_floor) after \(.ping_floor_pings_sent) PINGs"')
 check "8c PINGs every 1 s get too_many_pings" "${got:-exit $rc}" "TOO_MANY_PINGS" \
   "$(field keepalive '.ping_floor == "TOO_MANY_PINGS"')" keepalive
+server_goaways=$(delta "$goaways0" "$(counted server "$pings_goaway")")
+check "8d server's count: too_many_pings GOAWAYs" "+$server_goaways" "+1 (8c's channel)" \
+  "$([[ $server_goaways == 1 ]] && echo true)" keepalive
 note "idle PINGs, bytes out / in (${IDLE_SECS}s)" \
   "$(field keepalive '"\(.idle_pings_sent), \(.idle_bytes_sent) B / \(.idle_pings_received), \(.idle_bytes_received) B"')"
 note "dead peer found / control abandoned" "$(field keepalive '"\(.dead_peer_detect_s) s / \(.no_keepalive_waited_s) s"')"

@@ -25,6 +25,12 @@
 #                      2.6 package, which CI installs) and the libraries it
 #                      links, run as the official image runs it for
 #                      compose.yaml (haproxy -W -db -f its config, user 99)
+#   prometheus         compose.yaml's PROMETHEUS_IMAGE default, the official
+#                      prom/prometheus 2.x: this host's prometheus (Debian
+#                      bookworm's 2.42 package, which CI installs) and the
+#                      libraries it links, entrypoint /bin/prometheus, user
+#                      nobody, as the official image (compose.yaml gives
+#                      its whole command)
 #   the frontend       the Dockerfile's `# syntax=` line: BuildKit's
 #                      dockerfile frontend, built by ci/install-docker.sh
 #
@@ -61,9 +67,17 @@ grpcurl_image=$(default_of compose.yaml 's/.*\${GRPCURL_IMAGE:-\([^}]*\)}.*/\1/p
 ghz_image=$(default_of compose.yaml 's/.*\${GHZ_IMAGE:-\([^}]*\)}.*/\1/p')
 # shellcheck disable=SC2016
 haproxy_image=$(default_of compose.yaml 's/.*\${HAPROXY_IMAGE:-\([^}]*\)}.*/\1/p')
+# shellcheck disable=SC2016
+prometheus_image=$(default_of compose.yaml 's/.*\${PROMETHEUS_IMAGE:-\([^}]*\)}.*/\1/p')
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+
+# prometheus_standin DIR: this host's prometheus at /bin/prometheus in DIR,
+# with every library it loads at the same paths (shared with
+# ci/standin-images.sh).
+# shellcheck source=ci/prometheus-standin.sh
+source "$repo/ci/prometheus-standin.sh"
 
 # import NAME DIR [docker import --change ...]: an image from a directory tree.
 import() {
@@ -169,6 +183,12 @@ import "$haproxy_image" "$work/haproxy" \
   --change 'USER 99:99' \
   --change 'ENTRYPOINT ["/usr/sbin/haproxy", "-W", "-db"]' \
   --change 'CMD ["-f", "/usr/local/etc/haproxy/haproxy.cfg"]'
+
+# ─── prometheus ──────────────────────────────────────────────────────────────
+prometheus_standin "$work/prometheus"
+import "$prometheus_image" "$work/prometheus" \
+  --change 'USER 65534:65534' \
+  --change 'ENTRYPOINT ["/bin/prometheus"]'
 
 # ─── The Dockerfile frontend ─────────────────────────────────────────────────
 # BuildKit runs it as a gateway; the label says it needs no network.

@@ -15,6 +15,10 @@
 #   server    the repository's real Dockerfile, final stage, built on the two above
 #   grpcurl   FROM scratch + a `go install`ed grpcurl, entrypoint /bin/grpcurl
 #   ghz       FROM scratch + a `go install`ed ghz, entrypoint /ghz
+#   prometheus FROM scratch + this host's prometheus (Debian's package, which
+#             CI installs) and the libraries it links, standing in for the
+#             official prom/prometheus 2.x: entrypoint /bin/prometheus, user
+#             nobody (compose.yaml gives its whole command)
 #   haproxy   FROM scratch + this host's haproxy (Debian's package, which CI
 #             installs) and the libraries it links, standing in for the
 #             official haproxy:2.6: the same entrypoint behaviour for
@@ -29,7 +33,7 @@ set -euo pipefail
 release_dir=${1:?usage: ci/standin-images.sh RELEASE_DIR GO_BIN_DIR}
 go_bin_dir=${2:?usage: ci/standin-images.sh RELEASE_DIR GO_BIN_DIR}
 repo=$(cd "$(dirname "$0")/.." && pwd)
-bins=(routing-server footgun-client pooled-client gzip-client keepalive-client window-client balance-client routing-link)
+bins=(routing-server footgun-client pooled-client gzip-client keepalive-client window-client balance-client deadline-client retry-client routing-link)
 tag=${STANDIN_TAG:-ci}
 
 work=$(mktemp -d)
@@ -86,7 +90,18 @@ printf '%s\n' 'FROM scratch' 'COPY . /' 'USER 99:99' \
   >"$work/haproxy/Containerfile"
 build haproxy "$work/haproxy"
 
+# prometheus: the host's binary and its libraries (ci/prometheus-standin.sh).
+# shellcheck source=ci/prometheus-standin.sh
+source "$repo/ci/prometheus-standin.sh"
+prometheus_standin "$work/prometheus"
+# Imported from a tarball, not built: a build's COPY would make /prometheus
+# root's, and its user must own it.
+tar --numeric-owner -C "$work/prometheus" -c . |
+  podman import --change 'USER 65534:65534' --change 'ENTRYPOINT ["/bin/prometheus"]' \
+    - "localhost/standin-prometheus:$tag" >/dev/null
+
 echo "ROUTING_IMAGE=localhost/standin-routing-server:$tag"
 echo "GRPCURL_IMAGE=localhost/standin-grpcurl:$tag"
 echo "GHZ_IMAGE=localhost/standin-ghz:$tag"
 echo "HAPROXY_IMAGE=localhost/standin-haproxy:$tag"
+echo "PROMETHEUS_IMAGE=localhost/standin-prometheus:$tag"

@@ -23,13 +23,28 @@ PINNED_SHARE=${PINNED_SHARE:-0.95}        # L4, one channel: busiest replica's s
 SPREAD_SHARE=${SPREAD_SHARE:-0.2}         # L7 and client-side: each replica >= this; round robin gives 1/3, tonic's random p2c 1/3 ± 0.03 (1 sd, 300 calls)
 AGED_SHARE=${AGED_SHARE:-0.1}             # L4 to replicas aged 3 s, 10 s of calls: each >= this; ~4 connections of ~3 s, round robin gives each one
 BALANCE_CALLS=${BALANCE_CALLS:-300}       # calls per balance-client phase
-AGED_SECS=${AGED_SECS:-10}                # l4_aged calls for this long (s): 3 ages of 3 s, so every replica gets a turn
+AGED_SECS=${AGED_SECS:-12}                # l4_aged calls for this long (s): 3 ages of 3 s (+10 % jitter: 9.9 s at most) end within it, so every replica gets a turn and sends its GOAWAY (11d2)
 LB_AGE_SECS=3                             # the aged replicas' --max-connection-age-secs (±10 % jitter)
 LB_GRACE_SECS=2                           # and --max-connection-age-grace-secs
 # The keepalive row (11e) uses lb/haproxy.cfg's *_short frontends: 6 s idle
 # timeouts, below the 8 s gap (IDLE_SECS) and above the client's 5 s keepalive.
 
 # ─── Verbs ───────────────────────────────────────────────────────────────────
+# quotes_by_replica SERVICE: each replica's GetQuote calls so far, as the
+# replicas count them (gRFC A66), as a JSON object {instance: calls}.
+quotes_by_replica() {
+  fresh "$1" 3
+  curl -fs --max-time 5 "$prom_url/api/v1/query" --data-urlencode \
+    "query=sum by (instance) (grpc_server_call_started_total{service=\"$1\",grpc_method=\"$SERVICE/GetQuote\"})" |
+    jq -c '[.data.result[] | {(.metric.instance): (.value[1] | tonumber)}] | add // {}'
+}
+# spread BEFORE AFTER: the calls each replica served between two readings,
+# sorted, with each one's share: "calls [a b c], shares [..]" as JSON.
+spread() {
+  jqn --argjson a "$1" --argjson b "$2" \
+    '[$b | to_entries[] | .value - ($a[.key] // 0)] | sort as $n | ($n | add) as $t
+     | {calls: $n, shares: [$n[] | if $t > 0 then . / $t * 100 | round / 100 else 0 end]}'
+}
 balance_() { client_at "$LB_L4" balance-client --calls "$BALANCE_CALLS" "$@"; }
 # fieldk NAME K FILTER: field, with $k bound to the number K.
 fieldk() { jq -r --argjson k "$2" "$3" "$scratch/$1.out" 2>/dev/null || true; }
@@ -54,6 +69,13 @@ balancer_rows() {
   check "11 HAProxy reaches 3 + 3 replicas" "${lb_ready:-no answer} replicas" "3+3" \
     "$([[ $lb_ready == 3+3 ]] && echo true)" lb_ready lb_ready_aged
 
+  # 11a2. The same pinning as the replicas count it: one L4 channel alone.
+  replicas0=$(quotes_by_replica replica)
+  capture lb_pinned balance_ --phases l4_pooled
+  pinned=$(spread "$replicas0" "$(quotes_by_replica replica)")
+  check "11a2 L4 pinned, the replicas' own count" "$(jq -rn --argjson s "$pinned" '"\($s.calls) calls, shares \($s.shares)"')" \
+    "top share >= $PINNED_SHARE" "$(jqn --argjson s "$pinned" --argjson k "$PINNED_SHARE" '$s.shares[-1] >= $k')" lb_pinned
+
   capture lb_spread balance_ --phases l4_pooled,l4_footgun,l7_pooled,client_side \
     --l7 "$LB_L7" --replicas "$lb_replicas"
   check "11a L4, one channel: pinned" "$(share lb_spread l4_pooled)" "top share >= $PINNED_SHARE, 0 failed" \
@@ -66,7 +88,11 @@ balancer_rows() {
     "$(share lb_spread l4_footgun), $(field lb_spread '.phases.l4_footgun.median_call_s * 1e6 | round / 1000') ms"
   note "L4 / L7 one channel: connections" "$(field lb_spread '"\(.phases.l4_pooled.connections) / \(.phases.l7_pooled.connections)"')"
 
+  aged_goaways='count(sum by (instance) (routing_server_goaways_sent_total{service="replica-aged",reason="max_connection_age"}) > 0)'
+  aged0=$(quotes_by_replica replica-aged)
   capture lb_aged balance_ --phases l4_aged --l4-aged "$LB_L4_AGED" --aged-secs "$AGED_SECS"
+  aged=$(spread "$aged0" "$(quotes_by_replica replica-aged)")
+  aged_replicas=$(prom "$aged_goaways")
   # retried: calls hyper dropped unsent on a connection that had just read
   # its GOAWAY, sent again on the next one (clients/src/retry.rs): tonic has
   # no transparent retry of its own. A call the server saw is never retried,
@@ -74,6 +100,13 @@ balancer_rows() {
   # retried <= reconnects.
   check "11d L4 to replicas aged ${LB_AGE_SECS}s" "$(share lb_aged l4_aged)" "each >= $AGED_SHARE, 0 failed" \
     "$(fieldk lb_aged "$AGED_SHARE" '.phases.l4_aged | .min_share >= $k and .failed == 0 and .goaways > 0 and .retried <= .reconnects')" lb_aged
+  # The replicas' own count: each served its share, and each sent a GOAWAY
+  # max_connection_age (the readiness probes' connections, one call each,
+  # never lived long enough to age: these GOAWAYs are the phase's).
+  check "11d2 aged, the replicas' own count" \
+    "$(jq -rn --argjson s "$aged" '"\($s.calls) calls, shares \($s.shares)"'), ${aged_replicas:-0} sent max_connection_age" \
+    "each >= $AGED_SHARE, 3 sent" \
+    "$(jqn --argjson s "$aged" --argjson k "$AGED_SHARE" --argjson g "${aged_replicas:-0}" '$s.shares[0] >= $k and ($s.calls | length) == 3 and $g == 3')" lb_aged
   note "aged: GOAWAYs / reconnects / calls / retried" \
     "$(field lb_aged '.phases.l4_aged | "\(.goaways) / \(.reconnects) / \(.calls) / \(.retried)"')"
 

@@ -58,6 +58,15 @@ tls_rows() {
   check "12d grpcurl -plaintext on the TLS port" "exit $rc in ${took}s, told=$told" "fails in < ${TLS_PLAINTEXT_MAX_S}s, says TLS" \
     "$([[ $rc != 0 && $told -ge 1 && $took -lt $TLS_PLAINTEXT_MAX_S ]] && echo true)" tls_plaintext
 
+  # 12d2. The TLS server counts a handshake per footgun call (gRFC A118's
+  # grpc.server.tls.handshakes): a channel per call is a handshake per call.
+  handshakes='sum(grpc_server_tls_handshakes_total{service="server-tls",grpc_tls_handshake_result="success"})'
+  handshakes0=$(counted server-tls "$handshakes")
+  capture tls_footgun_count tls_client footgun-client --calls "$CALLS"
+  server_handshakes=$(delta "$handshakes0" "$(counted server-tls "$handshakes")")
+  check "12d2 TLS footgun: the server's handshakes" "+$server_handshakes for $(field tls_footgun_count .connections) connections" \
+    "+$CALLS" "$([[ $server_handshakes == "$CALLS" ]] && echo true)" tls_footgun_count
+
   # 12e/f. Lever 1 over TLS on the link: the footgun pays TCP and TLS.
   link_reuse tls_ "12e/f TLS median call in RTTs" "$TLS_FOOTGUN_MIN_RTTS" "$TLS_POOLED_MAX_RTTS" tls_client
   check "12e TLS footgun on $LINK: median call" "${footgun_rtts:-exit $rc} RTT, $(field tls_footgun_link .tls.version)" \

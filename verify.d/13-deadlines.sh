@@ -3,7 +3,7 @@
 # reach the server, cancellation that stops the work, retries that do not
 # multiply an outage (docs/deadlines.md). Three more routing-servers, each
 # with its metrics on, started by start_extra (launchers.sh): --local, with
-# --fault-* and --metrics-listen 127.0.0.1:0 on free ports; compose, the
+# --fault-* on free ports (every server it starts serves metrics); compose, the
 # `faults` profile's server-slow, server-outage and server-metered, which
 # compose.yaml gives the same settings and metrics on port 9464. What the
 # server did is read from its /metrics by the clients (--metrics).
@@ -34,7 +34,7 @@ deadline_rows() {
   local deadline_ok try limit_ms slow_metrics outage_target outage_metrics healthy_target healthy_metrics
   limit_ms=$((DEADLINE_MS + DEADLINE_MARGIN_MS))
   start_extra slow server-slow "13 slow server reports SERVING" \
-    --fault-delay-ms "$SLOW_DELAY_MS" --metrics-listen 127.0.0.1:0
+    --fault-delay-ms "$SLOW_DELAY_MS"
   slow_metrics=$(metrics_of slow server-slow)
   # One run, four phases on the slow server; only the timing check is tried again.
   for try in $(seq "$TIMING_ATTEMPTS"); do
@@ -72,10 +72,10 @@ deadline_rows() {
   note "request deadline: server ended" "$(phase deadlines request_deadline '.server.ended | to_entries | map("\(.key)=\(.value)") | join(", ")')"
 
   start_extra outage server-outage "13 outage server reports SERVING" \
-    --fault-unavailable-percent 100 --metrics-listen 127.0.0.1:0
+    --fault-unavailable-percent 100
   outage_target=$extra_target
   outage_metrics=$(metrics_of outage server-outage)
-  start_extra metered server-metered "13 healthy server reports SERVING" --metrics-listen 127.0.0.1:0
+  start_extra metered server-metered "13 healthy server reports SERVING"
   healthy_target=$extra_target
   healthy_metrics=$(metrics_of metered server-metered)
   capture retries client_at "$outage_target" retry-client --metrics "$outage_metrics" \

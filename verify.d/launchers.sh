@@ -13,6 +13,7 @@
 
 # ─── What the launchers started ──────────────────────────────────────────────
 server_pid=   # --local: the chapter's server
+prom_pid=     # --local: Prometheus
 extra_pids=() # --local: start_extra's servers and the TLS server
 lb_pids=()    # --local: HAProxy first, then its replicas (section 11)
 compose_up=no
@@ -35,6 +36,7 @@ need_tools() {
   need jq "apt-get install jq | dnf install jq | brew install jq"
   need timeout "coreutils (apt-get install coreutils; on macOS: brew install coreutils)"
   need mktemp "coreutils"
+  need curl "apt-get install curl | dnf install curl" # Prometheus's HTTP API, in every mode
   no_engine_hint="or run without containers: ./verify.sh --local (cargo, grpcurl and ghz on PATH), or with Podman: COMPOSE=podman-compose ./verify.sh"
   if [[ $mode == local ]]; then
     need cargo "https://rustup.rs"
@@ -43,6 +45,7 @@ need_tools() {
     need grpcurl "CGO_ENABLED=0 go install -ldflags '-X main.version=v1.9.3' github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3, $go_path_hint"
     need ghz "CGO_ENABLED=0 go install -ldflags '-X main.version=v0.121.0' github.com/bojand/ghz/cmd/ghz@v0.121.0, $go_path_hint"
     need haproxy "apt-get install haproxy | dnf install haproxy | brew install haproxy"
+    need prometheus "apt-get install prometheus | dnf install golang-github-prometheus | brew install prometheus"
   elif [[ $engine == podman ]]; then
     need podman "apt-get install podman | dnf install podman"
     need podman-compose "pipx install podman-compose (on Debian 12 and other PEP 668 systems plain pip install is refused)"
@@ -73,7 +76,7 @@ cleanup() {
   local rc=$? pid
   for pid in ${extra_pids[@]+"${extra_pids[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; done
   # HAProxy first, so the replicas drain at once; the server last.
-  stop_processes ${lb_pids[@]+"${lb_pids[@]}"} ${server_pid:+"$server_pid"}
+  stop_processes ${lb_pids[@]+"${lb_pids[@]}"} ${server_pid:+"$server_pid"} ${prom_pid:+"$prom_pid"}
   if [[ $compose_up == yes ]]; then
     say "tearing down: $COMPOSE down"
     # -v: the `tls` volume's dev certificates go too; the next run makes new ones.
@@ -152,17 +155,21 @@ server_log() { # the tail of the server's log, for evidence
   fi
 }
 
-# launch_local NAME ARGS...: `routing-server --listen 127.0.0.1:0 ARGS` in
-# the background, logging to $scratch/NAME.log. Port 0: the kernel picks a
-# free port, which the server logs; it is left in $launched_addr (empty if
-# the server died first), the PID in $launched_pid.
+# launch_local NAME SERVICE ARGS...: `routing-server --listen 127.0.0.1:0
+# --metrics-listen 127.0.0.1:0 ARGS` in the background, logging to
+# $scratch/NAME.log. Port 0: the kernel picks free ports, which the server
+# logs; the gRPC address is left in $launched_addr (empty if the server died
+# first), the PID in $launched_pid. Its metrics address goes to Prometheus
+# (prometheus/local.yml) with the label service=SERVICE, the compose service
+# it stands for.
 launched_pid=
 launched_addr=
 launch_local() {
-  local name=$1
-  shift
+  local name=$1 service=$2 metrics_addr=
+  shift 2
   launched_addr=
-  RUST_LOG=${launch_log:-info} "$bin_dir/routing-server" --listen 127.0.0.1:0 "$@" >"$scratch/$name.out" 2>"$scratch/$name.log" &
+  RUST_LOG=${launch_log:-info} "$bin_dir/routing-server" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "$@" \
+    >"$scratch/$name.out" 2>"$scratch/$name.log" &
   launched_pid=$!
   for _ in $(seq 100); do
     launched_addr=$(grep -o 'local_addr=127\.0\.0\.1:[0-9]*' "$scratch/$name.log" | head -n 1 | cut -d= -f2 || true)
@@ -170,6 +177,14 @@ launch_local() {
     kill -0 "$launched_pid" 2>/dev/null || break
     sleep 0.1
   done
+  metrics_addr=$(grep -o 'metrics_addr=127\.0\.0\.1:[0-9]*' "$scratch/$name.log" | head -n 1 | cut -d= -f2 || true)
+  if [[ -n $metrics_addr ]]; then
+    mkdir -p "$scratch/prometheus/targets"
+    jq -n --arg t "$metrics_addr" --arg s "$service" --arg n "$name" \
+      '[{targets: [$t], labels: {service: $s, verify_name: $n}}]' >"$scratch/prometheus/targets/$name.json.tmp"
+    # Renamed into place: Prometheus never reads a half-written file.
+    mv "$scratch/prometheus/targets/$name.json.tmp" "$scratch/prometheus/targets/$name.json"
+  fi
 }
 
 # start_server: builds (unless --no-build) and starts the chapter's server.
@@ -194,7 +209,7 @@ start_server() {
         die "$bin_dir/$bin is missing after cargo build"
       fi
     done
-    launch_local server
+    launch_local server server
     server_pid=$launched_pid
     target=$launched_addr
     [[ -n $target ]] || { server_log >&2; die "routing-server did not start"; }
@@ -214,6 +229,55 @@ start_server() {
   fi
 }
 
+# start_prometheus: a real Prometheus that scrapes every server this script
+# starts, and the address of its HTTP API in $prom_url. --local:
+# `prometheus` from PATH with prometheus/local.yml, on a free port, its data
+# in the scratch folder; compose: the `prometheus` service with
+# prometheus/prometheus.yml, published on 127.0.0.1:$PROMETHEUS_PORT.
+prom_url=
+start_prometheus() {
+  local try port
+  if [[ $mode == local ]]; then
+    mkdir -p "$scratch/prometheus/targets"
+    cp prometheus/local.yml "$scratch/prometheus/prometheus.yml"
+    # Prometheus cannot take port 0 and report it: as for HAProxy, a port
+    # below Linux's ephemeral range, tried again if it is taken.
+    for try in $(seq 5); do
+      port=$((20000 + RANDOM % 12000))
+      prometheus --config.file="$scratch/prometheus/prometheus.yml" --storage.tsdb.path="$scratch/prometheus/data" \
+        --web.listen-address="127.0.0.1:$port" --storage.tsdb.retention.time=1h \
+        >"$scratch/prometheus.out" 2>"$scratch/prometheus.log" &
+      prom_pid=$!
+      sleep 0.5
+      kill -0 "$prom_pid" 2>/dev/null && break
+      grep -q 'address already in use' "$scratch/prometheus.log" ||
+        { tail -n 20 "$scratch/prometheus.log" >&2; die "prometheus did not start (log above)"; }
+      say "  (prometheus: port $port is taken, try $try)"
+      prom_pid=
+    done
+    [[ -n $prom_pid ]] || die "prometheus found no free port in 5 tries"
+    prom_url=http://127.0.0.1:$port
+  else
+    say "starting: $COMPOSE up -d prometheus"
+    bounded 300 "${compose[@]}" up -d --no-build prometheus >"$scratch/prom_up.log" 2>&1 ||
+      { cat "$scratch/prom_up.log" >&2; die "'$COMPOSE up prometheus' failed (is port ${PROMETHEUS_PORT:-9090} free? set PROMETHEUS_PORT)"; }
+    prom_url=http://127.0.0.1:${PROMETHEUS_PORT:-9090}
+  fi
+  for _ in $(seq 60); do
+    curl -fs --max-time 2 "$prom_url/-/ready" >/dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  prom_log >&2
+  die "Prometheus at $prom_url is not ready after 30 s (log above)"
+}
+prom_log() { # what Prometheus logged, for evidence
+  if [[ $mode == local ]]; then
+    tail -n 20 "$scratch/prometheus.log" 2>/dev/null || true
+  else
+    timeout 30 "${compose[@]}" logs --no-color --tail 20 prometheus 2>&1 || true
+  fi
+}
+
 # start_extra NAME SERVICE ROW ARGS...: a second routing-server for one row,
 # polled until it reports SERVING (ROW fails otherwise); its address is left
 # in $extra_target. --local starts `routing-server --listen 127.0.0.1:0 ARGS`
@@ -225,7 +289,7 @@ start_extra() {
   shift 3
   extra_target=
   if [[ $mode == local ]]; then
-    launch_local "$name" "$@"
+    launch_local "$name" "$service" "$@"
     pid=$launched_pid
     extra_pids+=("$pid")
     extra_target=$launched_addr
@@ -240,14 +304,15 @@ start_extra() {
 }
 
 # metrics_of NAME SERVICE: the /metrics URL of a server start_extra started
-# as NAME with --metrics-listen 127.0.0.1:0 (section 13): --local, the
-# address the server logged; compose, SERVICE's port 9464
-# (ROUTING_METRICS_LISTEN in compose.yaml), by name from the clients' container.
+# as NAME (section 13), for a client to read itself: --local, the address
+# the server logged (launch_local's --metrics-listen 127.0.0.1:0); compose,
+# SERVICE's port 9464 (ROUTING_METRICS_LISTEN in compose.yaml), by name from
+# the clients' container.
 metrics_of() {
   local addr
   if [[ $mode == local ]]; then
-    addr=$(grep -o 'address=Some(127\.0\.0\.1:[0-9]*)' "$scratch/$1.log" | head -n 1 | tr -d '()' || true)
-    echo "http://${addr#address=Some}/metrics"
+    addr=$(grep -o 'metrics_addr=127\.0\.0\.1:[0-9]*' "$scratch/$1.log" | head -n 1 | cut -d= -f2 || true)
+    echo "http://$addr/metrics"
   else
     echo "http://$2:9464/metrics"
   fi
@@ -260,7 +325,10 @@ metrics_of() {
 lb_start() {
   local var=$1 name=$2
   shift 2
-  launch_log=info,routing_server::connection=debug launch_local "lb_$name" --replica "$name" "$@"
+  # The aged replicas stand for compose's replica-aged, the others for replica.
+  local service=replica
+  [[ $name == aged-* ]] && service=replica-aged
+  launch_log=info,routing_server::connection=debug launch_local "lb_$name" "$service" --replica "$name" "$@"
   lb_pids+=("$launched_pid")
   [[ -n $launched_addr ]] || { tail -n 20 "$scratch/lb_$name.log" >&2; die "replica $name did not start"; }
   printf -v "$var" '%s' "$launched_addr"
@@ -349,7 +417,7 @@ start_tls() {
     bounded 60 "$bin_dir/routing-server" dev-cert --out "$scratch/certs" 2>"$scratch/dev_cert.log" ||
       { cat "$scratch/dev_cert.log" >&2; die "routing-server dev-cert failed"; }
     ca=$scratch/certs/ca.pem
-    launch_local tls --tls-session-tickets false \
+    launch_local tls server-tls --tls-session-tickets false \
       --tls-cert "$scratch/certs/server.pem" --tls-key "$scratch/certs/server.key"
     tls_pid=$launched_pid
     extra_pids+=("$tls_pid") # cleanup stops it

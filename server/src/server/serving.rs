@@ -211,12 +211,10 @@ pub async fn run_with(
     });
     let metrics_task = metrics_listener.map(|listener| {
         watch_state(&metrics, &slots, slot_count, &request_budget, &api);
-        let address = listener.local_addr().ok();
-        tracing::info!(
-            ?address,
-            path = endpoint::PATH,
-            "serving metrics (Prometheus text format)"
-        );
+        let metrics_addr = listener
+            .local_addr()
+            .map_or_else(|e| e.to_string(), |a| a.to_string());
+        tracing::info!(%metrics_addr, path = endpoint::PATH, "serving metrics (Prometheus text format)");
         tokio::spawn(endpoint::serve(listener, Arc::clone(&metrics)))
     });
     let mut serve = Vec::with_capacity(workers);
