@@ -268,13 +268,17 @@ fresh() {
   prom_log >&2
   die "Prometheus at $prom_url has no fresh scrape of $want $service target(s) after ${PROM_FRESH_S}s"
 }
-# counted SERVICE EXPR: after a fresh scrape of SERVICE, the value of EXPR
-# (0 if it has no series yet: a counter not yet incremented).
+# value EXPR: the value of EXPR, 0 if it has no series yet (a counter not
+# yet incremented).
+value() {
+  local got
+  got=$(prom "$1")
+  echo "${got:-0}"
+}
+# counted SERVICE EXPR: after a fresh scrape of SERVICE, the value of EXPR.
 counted() {
   fresh "$1"
-  local value
-  value=$(prom "$2")
-  echo "${value:-0}"
+  value "$2"
 }
 # delta A B: B - A, as an integer when both are.
 delta() { jqn --argjson a "${1:-0}" --argjson b "${2:-0}" '$b - $a'; }
@@ -378,9 +382,11 @@ note "pooled ($CALLS calls)" "$(timings pooled), $pooled_conns connection"
 note "footgun / pooled, median call" "x$ratio"
 
 # ─── 5. Message caps ─────────────────────────────────────────────────────────
-# page_calls STATUS / page_bytes: the server's own ListRoutes counts (gRFC A66).
-page_calls() { counted server "sum(grpc_server_call_duration_seconds_count{service=\"server\",grpc_method=\"$SERVICE/ListRoutes\",grpc_status=\"$1\"})"; }
-page_bytes() { counted server "sum(grpc_server_call_sent_total_compressed_message_size_bytes_sum{service=\"server\",grpc_method=\"$SERVICE/ListRoutes\"})"; }
+# page_calls STATUS / page_bytes: the server's own ListRoutes counts (gRFC
+# A66), as of the last scrape: call `fresh server` first.
+page_calls() { value "sum(grpc_server_call_duration_seconds_count{service=\"server\",grpc_method=\"$SERVICE/ListRoutes\",grpc_status=\"$1\"})"; }
+page_bytes() { value "sum(grpc_server_call_sent_total_compressed_message_size_bytes_sum{service=\"server\",grpc_method=\"$SERVICE/ListRoutes\"})"; }
+fresh server
 ok0=$(page_calls OK)
 exhausted0=$(page_calls RESOURCE_EXHAUSTED)
 capture capped grpcurl_ -plaintext -d '{"pageSize":25}' "$target" "$SERVICE/ListRoutes"
@@ -390,6 +396,7 @@ check "5a pageSize 25 at grpcurl's 4 MiB default" "exit $rc, ${code:-no code}" "
   "$([[ $rc == 72 && $code == ResourceExhausted && $larger -ge 1 ]] && echo true)" capped
 capped_msg=$(grep -o 'Message: .*' "$scratch/capped.err" | head -n 1 || true)
 # The cap that fired is the client's: the server sent the page, and counts an OK.
+fresh server
 ok1=$(page_calls OK)
 server_saw="OK +$(delta "$ok0" "$ok1"), RESOURCE_EXHAUSTED +$(delta "$exhausted0" "$(page_calls RESOURCE_EXHAUSTED)")"
 check "5c the server's count of that call" "$server_saw" "OK +1, RESOURCE_EXHAUSTED +0" \
@@ -403,6 +410,7 @@ check "5b pageSize 25 with -max-msg-sz $RAISED_CAP" "${got:-exit $rc}" "25 route
 # The page's size as the server counted it, for 7d: gzipped, since grpcurl,
 # as every grpc-go client, asks for gzip (5a's 5002495 bytes are what it
 # decompressed, which its cap then refused).
+fresh server
 gzip_page=$(delta "$bytes0" "$(page_bytes)")
 note "full catalog at 4 MiB" "${capped_msg#Message: }"
 
@@ -414,6 +422,7 @@ check "6 pageSize 25 + mask id,price at 4 MiB" "${got:-exit $rc}" "25 routes, 0 
   "$([[ $got == "25 routes, 0 with legs" ]] && echo true)" masked
 
 # ─── 7. gzip ─────────────────────────────────────────────────────────────────
+fresh server
 bytes0=$(page_bytes)
 capture gzip client_ gzip-client
 got=$(field gzip '"\(.result), \(.routes) routes"')
@@ -425,6 +434,7 @@ percent=$(jqn --argjson i "$identity" --argjson g "$zipped" '$g / $i * 10000 | r
 check "7b gzip wire bytes vs identity" "$zipped / $identity = $percent%" "<= $GZIP_MAX_PERCENT%" \
   "$(jqn --argjson p "$percent" --argjson k "$GZIP_MAX_PERCENT" '$p <= $k')" gzip
 # The server's count of the same two fetches: identity + gzip (5b's size).
+fresh server
 identity_page=$(delta "$gzip_page" "$(delta "$bytes0" "$(page_bytes)")")
 server_percent=$(jqn --argjson i "$identity_page" --argjson g "$gzip_page" 'if $i > 0 then $g / $i * 10000 | round / 100 else 100 end')
 note "identity wire bytes (25 routes)" "$identity"

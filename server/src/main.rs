@@ -246,18 +246,9 @@ async fn serve(config: Config) -> Result<(), routing_server::server::Error> {
     config.replica = routing_server::routing::replica::replica_name(&config)?;
     warn_about_faults(&config);
     let listener = routing_server::server::bind_with_backlog(config.listen, &config)?;
-    // Bound before serving, so a bad address stops the server at start-up.
-    let metrics_listener = match config.metrics_listen {
-        Some(addr) => Some(routing_server::metrics::endpoint::bind(addr).await?),
-        None => None,
-    };
-    routing_server::server::serving::run_with(
-        listener,
-        metrics_listener,
-        config,
-        shutdown::signal(),
-    )
-    .await
+    // run binds --metrics-listen before it serves anything: a bad address
+    // stops the server at start-up (exit 2, see MetricsBindError).
+    routing_server::run(listener, config, shutdown::signal()).await
 }
 
 /// A server with a fault on answers slowly or fails on purpose (lever 6):

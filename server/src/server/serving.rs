@@ -128,8 +128,7 @@ pub const SERVED_METHODS: [&str; 6] = [
 ];
 
 /// [`run`], with the metrics listener already bound (`None`: metrics off),
-/// as the tests and `main` (which must report a bad metrics address before
-/// it serves anything) call it.
+/// as [`crate::server::local::LocalServer`] calls it with a free port.
 pub async fn run_with(
     listener: TcpListener,
     metrics_listener: Option<TcpListener>,
