@@ -307,8 +307,13 @@ link_reuse() {
 
 # ─── Bring the stack up ──────────────────────────────────────────────────────
 start_server
+say "verify.sh: mode=$mode target=$target"
+# Started after that line on purpose: ci/verify-interrupt.sh's first Ctrl+C
+# lands just after it, and must find a command it can interrupt (Prometheus's
+# start-up waits), as before Prometheus came. In rows 1 and 2, a Ctrl+C can
+# land while bash 5.2 parses a $(...), which fails that parse (exit 2).
 start_prometheus
-say "verify.sh: mode=$mode target=$target prometheus=$prom_url"
+say "verify.sh: prometheus=$prom_url"
 wait_serving ready "$target" "$server_pid" -plaintext
 row ASSERTION MEASURED BOUND RESULT
 check "0 health: server reports SERVING" "${status:-no answer}" "SERVING within ${READY_TIMEOUT_S}s" \
