@@ -34,13 +34,14 @@ use crate::{
     connection::drain::{DrainWatcher, ServerDrain},
     connection::policy::ConnectionPolicy,
     connection::tls::ServerTls,
+    connection::watched::Connection,
     knobs::Config,
     metrics::{Metrics, a66::CallMetricsLayer, connection::Closed, endpoint},
     routing::catalog::Catalog,
     routing::faults::Faults,
     routing::service::{RoutingApi, RoutingServer},
     server::error::Error,
-    server::{accept, fd_limit, workers, workers::Workers},
+    server::{accept, fd_limit, workers, workers::Live, workers::Workers},
 };
 
 /// The routing service with the chapter's message caps and compression.
@@ -218,17 +219,14 @@ pub async fn run_with(
     });
     let mut serve = Vec::with_capacity(workers);
     for _ in 0..workers {
-        let (service, http2, tls) = (worker_service()?, http2.clone(), tls.clone());
-        let lifetime = Arc::clone(&lifetime);
-        serve.push(move |(accepted, watcher)| {
-            serve_connection(
-                accepted,
-                watcher,
-                service.clone(),
-                http2.clone(),
-                tls.clone(),
-                Arc::clone(&lifetime),
-            )
+        let worker = Arc::new(WorkerServing {
+            service: worker_service()?,
+            http2: http2.clone(),
+            tls: tls.clone(),
+            lifetime: Arc::clone(&lifetime),
+        });
+        serve.push(move |(accepted, watcher), live| {
+            serve_connection(accepted, watcher, live, Arc::clone(&worker))
         });
     }
     let mut workers = Workers::start(serve)?;
@@ -272,16 +270,19 @@ pub async fn run_with(
     Ok(())
 }
 
-/// Serves one connection on the worker it was handed to, until it ends or
-/// the drain closes it.
-async fn serve_connection<S, RB>(
-    accepted: Accepted,
-    mut watcher: DrainWatcher,
+/// What every connection on one worker is served with: its copy of the
+/// service, hyper's settings, TLS and the lifetime rules. Shared by the
+/// worker's connection tasks, so each task stores one pointer to it rather
+/// than a copy of each (about 300 bytes per connection).
+struct WorkerServing<S> {
     service: S,
     http2: http2::Builder<TokioExecutor>,
     tls: Option<ServerTls>,
     lifetime: Arc<Lifetime>,
-) where
+}
+
+impl<S, RB> WorkerServing<S>
+where
     S: Service<http::Request<Incoming>, Response = http::Response<RB>, Error = Infallible>
         + Clone
         + Send
@@ -290,37 +291,94 @@ async fn serve_connection<S, RB>(
     RB: http_body::Body<Data = bytes::Bytes> + Send + Unpin + 'static,
     RB::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let peer = accepted.peer();
-    let closed = |how| {
-        if let Some(metrics) = lifetime.metrics {
-            metrics.closed(how);
-        }
-    };
-    let connection = match accepted.serve(tls.as_ref(), &mut watcher).await {
-        Ok(connection) => connection,
-        Err(e) => {
-            tracing::debug!(%peer, "connection not served: {e}");
-            closed(Closed::NotServed);
-            return;
-        }
-    };
-    let per_call = PerConnection {
-        service,
-        info: connection.info().clone(),
-    };
-    // Built here, inside the connection's task, not moved into it: a future
-    // captured by an async block and then awaited is stored twice, which
-    // cost 1.4 KiB per connection (measured with massif).
-    let io = TokioIo::new(connection);
-    // Connection age and idleness, and the replica header (connection/age.rs).
-    let peak_streams = Arc::clone(&per_call.info.peak_streams);
-    let (per_call, activity) = lifetime.track(per_call, peak_streams);
-    let serving = http2.serve_connection(io, TowerToHyperService::new(per_call));
-    match lifetime::serve(serving, watcher, &lifetime, activity).await {
-        Ok(()) => closed(Closed::Clean),
-        Err(e) => {
-            tracing::debug!("connection ended with an error: {e}");
-            closed(Closed::Error);
+    /// hyper's connection over `connection`, with the per-call service, and
+    /// the activity its idle rules watch. Not async on purpose: what it
+    /// takes and borrows (the 616-byte `Connection`, the per-call service)
+    /// is gone before the caller's next `.await`, so the connection's task
+    /// does not keep room for it.
+    fn http2_over(
+        &self,
+        connection: Connection,
+    ) -> (HyperConnection<S>, Option<Arc<lifetime::Activity>>) {
+        let per_call = PerConnection {
+            service: self.service.clone(),
+            info: connection.info().clone(),
+        };
+        // Connection age and idleness, and the replica header (connection/age.rs).
+        let peak_streams = Arc::clone(&per_call.info.peak_streams);
+        let (per_call, activity) = self.lifetime.track(per_call, peak_streams);
+        let serving = self
+            .http2
+            .serve_connection(TokioIo::new(connection), TowerToHyperService::new(per_call));
+        (serving, activity)
+    }
+}
+
+/// hyper's HTTP/2 connection as [`WorkerServing::http2_over`] builds it.
+type HyperConnection<S> = http2::Connection<
+    TokioIo<Connection>,
+    TowerToHyperService<lifetime::Tracked<PerConnection<S>>>,
+    TokioExecutor,
+>;
+
+/// Serves one connection on the worker it was handed to, until it ends or
+/// the drain closes it.
+///
+/// This future is each connection's task, kept for the connection's life,
+/// so it is kept small: a task of 3,584 bytes instead of 7,424 (measured
+/// with `-Zprint-type-sizes`; docs/costs.md). The handshake's future is
+/// boxed and freed once the handshake is over, and hyper's connection is
+/// built outside it ([`WorkerServing::http2_over`]) and pinned once, here.
+///
+/// A function that returns an `async move` block rather than an `async fn`:
+/// an `async fn` keeps each argument twice, as passed and as moved into its
+/// body.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would store its arguments twice"
+)]
+fn serve_connection<S, RB>(
+    accepted: Accepted,
+    mut watcher: DrainWatcher,
+    live: Live,
+    worker: Arc<WorkerServing<S>>,
+) -> impl Future<Output = ()> + Send
+where
+    S: Service<http::Request<Incoming>, Response = http::Response<RB>, Error = Infallible>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + Unpin + 'static,
+    RB: http_body::Body<Data = bytes::Bytes> + Send + Unpin + 'static,
+    RB::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    async move {
+        // Counted on its worker until this task ends.
+        let _live = live;
+        let closed = |how| {
+            if let Some(metrics) = worker.lifetime.metrics {
+                metrics.closed(how);
+            }
+        };
+        let peer = accepted.peer();
+        let handshake = Box::pin(accepted.serve(worker.tls.as_ref(), &mut watcher));
+        let connection = match handshake.await {
+            Ok(connection) => connection,
+            Err(e) => {
+                tracing::debug!(%peer, "connection not served: {e}");
+                closed(Closed::NotServed);
+                return;
+            }
+        };
+        let (serving, activity) = worker.http2_over(connection);
+        let serving = pin!(serving);
+        match lifetime::serve(serving, watcher, &worker.lifetime, activity).await {
+            Ok(()) => closed(Closed::Clean),
+            Err(e) => {
+                tracing::debug!("connection ended with an error: {e}");
+                closed(Closed::Error);
+            }
         }
     }
 }

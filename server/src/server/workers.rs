@@ -122,9 +122,10 @@ struct Handoff<J> {
     live: Live,
 }
 
-/// Counts one connection in its worker's `live` while it exists.
+/// Counts one connection in its worker's `live` while it exists: the
+/// function that serves the connection keeps it until the connection ends.
 #[derive(Debug)]
-struct Live(Arc<AtomicUsize>);
+pub struct Live(Arc<AtomicUsize>);
 
 impl Drop for Live {
     fn drop(&mut self) {
@@ -134,13 +135,14 @@ impl Drop for Live {
 
 impl<J: Send + 'static> Workers<J> {
     /// Starts one worker per function in `serve` (at least one is needed);
-    /// each calls its own on every connection handed to it, in a task per
-    /// connection. One each, not one cloned: whatever a function holds stays
+    /// each calls its own on every connection handed to it, with the
+    /// connection's [`Live`] count to keep until it ends, and spawns what it
+    /// returns as the connection's task. One each, not one cloned: whatever a function holds stays
     /// with its worker. Must be called inside a tokio runtime, which is the
     /// worker when there is only one, and serves no connection otherwise.
     pub fn start<F, Fut>(serve: Vec<F>) -> io::Result<Self>
     where
-        F: Fn(J) -> Fut + Send + Sync + 'static,
+        F: Fn(J, Live) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         if serve.is_empty() {
@@ -250,23 +252,16 @@ impl<J: Send + 'static> Workers<J> {
 /// One worker: a task per connection handed to it, until the hand-off closes.
 async fn run_worker<J, F, Fut>(mut handed: mpsc::UnboundedReceiver<Handoff<J>>, serve: F)
 where
-    F: Fn(J) -> Fut + Send + Sync + 'static,
+    F: Fn(J, Live) -> Fut + Send + 'static,
     J: Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    // Shared with each connection's task, so that the task calls it: the
-    // connection's future is then built inside the task and stored once. A
-    // future built here and moved into `async move { .. serving.await }` is
-    // stored twice, as the captured value and as the one awaited: a task of
-    // 7,000 bytes per connection instead of 3,664 (measured, release build).
-    let serve = Arc::new(serve);
     while let Some(Handoff { job, live }) = handed.recv().await {
-        let serve = Arc::clone(&serve);
-        tokio::spawn(async move {
-            // Held until the connection's task ends, however it ends.
-            let _live = live;
-            serve(job).await;
-        });
+        // The connection's future is spawned as it is, not awaited inside an
+        // `async move` block that also holds `job` or `live`: such a block
+        // stores what it captured beside the future it awaits, for the
+        // connection's life (docs/costs.md).
+        tokio::spawn(serve(job, live));
         // One new connection per turn of this worker's runtime, after its
         // other tasks and a look at the sockets: without it, a reconnect
         // storm handed over faster than the worker served, `recv` returned
@@ -315,9 +310,10 @@ mod tests {
         // Given: jobs that report their thread, then stay open until released.
         let (ran, mut ran_on) = mpsc::unbounded_channel::<(usize, String)>();
         let (release, released) = tokio::sync::watch::channel(false);
-        let serve = move |job: usize| {
+        let serve = move |job: usize, live: Live| {
             let (ran, mut released) = (ran.clone(), released.clone());
             async move {
+                let _live = live;
                 let thread = std::thread::current().name().unwrap_or("").to_owned();
                 let _ = ran.send((job, thread));
                 let _ = released.wait_for(|r| *r).await;
@@ -357,9 +353,10 @@ mod tests {
     #[tokio::test]
     async fn a_worker_alone_serves_on_the_callers_runtime() {
         let (ran, mut ran_on) = mpsc::unbounded_channel::<String>();
-        let serve = move |_job: usize| {
+        let serve = move |_job: usize, live: Live| {
             let ran = ran.clone();
             async move {
+                let _live = live;
                 let _ = ran.send(std::thread::current().name().unwrap_or("").to_owned());
             }
         };
