@@ -2,9 +2,10 @@
 # verify.sh: brings the chapter's stack up, asserts every claim of the chapter
 # with real grpcurl, ghz and the clients, prints PASS, and tears it down.
 # Here: the bounds, the verbs and the chapter's rows 0 to 9. In verify.d/:
-# the launchers (the only place --local and compose differ), and sections 10
-# to 13 (an emulated link, a load balancer, TLS, deadlines and retries),
-# each with its bounds.
+# the launchers (the only place --local and compose differ), the verbs that
+# read the servers' metrics through Prometheus, and sections 10 to 13 (an
+# emulated link, a load balancer, TLS, deadlines and retries), each with its
+# bounds.
 # Run ./verify.sh --help for the modes and every override.
 # jq programs use $variables inside single quotes on purpose:
 # shellcheck disable=SC2016
@@ -57,11 +58,13 @@ COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-}
 SERVICE=shipping.routing.v1.RoutingService
 QUOTE_JSON='{"origin":"NLRTM","destination":"SGSIN","cargo":[{"description":"machine parts","weightKg":400.4}]}'
 
-# ─── The launchers, and sections 10 to 13 (bounds, verbs, rows) ──────────────
+# ─── The launchers, the metrics verbs, and sections 10 to 13 ─────────────────
 # Read from the repository, like lb/*.cfg and contracts/proto.
 cd "$(dirname "$0")"
 # shellcheck source=verify.d/launchers.sh
 source verify.d/launchers.sh
+# shellcheck source=verify.d/metrics.sh
+source verify.d/metrics.sh
 # shellcheck source=verify.d/10-network.sh
 source verify.d/10-network.sh
 # shellcheck source=verify.d/11-balancer.sh
@@ -243,45 +246,6 @@ wait_serving() {
     sleep 1
   done
 }
-
-# ─── The servers' own metrics, read through Prometheus's HTTP API ───────────
-# prom EXPR: the value of the PromQL instant query EXPR (its first series),
-# or empty if it has none.
-prom() {
-  curl -fs --max-time 5 "$prom_url/api/v1/query" --data-urlencode "query=$1" 2>/dev/null |
-    jq -r '.data.result[0].value[1] // empty' 2>/dev/null || true
-}
-# fresh SERVICE [TARGETS]: waits until TARGETS (1 unless said) targets of
-# SERVICE are up in a scrape that began after this call, so the counters
-# read next include every step taken before it. A new target shows up in
-# Prometheus within about 5 s; a known one within a scrape interval (1 s).
-fresh() {
-  local service=$1 want=${2:-1} since got deadline=$((SECONDS + PROM_FRESH_S))
-  since=$(date +%s.%N)
-  while ((SECONDS < deadline)); do
-    # timestamp() of a selector is its sample's time (of an expression,
-    # it would be the query's): the scrape's start, for `up`.
-    got=$(prom "count(timestamp(up{service=\"$service\"}) > $since and up{service=\"$service\"} == 1)")
-    [[ ${got:-0} -ge $want ]] && return 0
-    sleep 0.25
-  done
-  prom_log >&2
-  die "Prometheus at $prom_url has no fresh scrape of $want $service target(s) after ${PROM_FRESH_S}s"
-}
-# value EXPR: the value of EXPR, 0 if it has no series yet (a counter not
-# yet incremented).
-value() {
-  local got
-  got=$(prom "$1")
-  echo "${got:-0}"
-}
-# counted SERVICE EXPR: after a fresh scrape of SERVICE, the value of EXPR.
-counted() {
-  fresh "$1"
-  value "$2"
-}
-# delta A B: B - A, as an integer when both are.
-delta() { jqn --argjson a "${1:-0}" --argjson b "${2:-0}" '$b - $a'; }
 
 # link_reuse PREFIX ROW FOOTGUN_MIN POOLED_MAX LAUNCHER: footgun-client and
 # pooled-client on $LINK through LAUNCHER (captured as PREFIXfootgun_link and
