@@ -137,9 +137,10 @@ impl<J: Send + 'static> Workers<J> {
     /// Starts one worker per function in `serve` (at least one is needed);
     /// each calls its own on every connection handed to it, with the
     /// connection's [`Live`] count to keep until it ends, and spawns what it
-    /// returns as the connection's task. One each, not one cloned: whatever a function holds stays
-    /// with its worker. Must be called inside a tokio runtime, which is the
-    /// worker when there is only one, and serves no connection otherwise.
+    /// returns as the connection's task. One each, not one cloned: whatever
+    /// a function holds stays with its worker. Must be called inside a tokio
+    /// runtime, which is the worker when there is only one, and serves no
+    /// connection otherwise.
     pub fn start<F, Fut>(serve: Vec<F>) -> io::Result<Self>
     where
         F: Fn(J, Live) -> Fut + Send + 'static,
