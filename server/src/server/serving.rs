@@ -226,7 +226,7 @@ pub async fn run_with(
             lifetime: Arc::clone(&lifetime),
         });
         serve.push(move |(accepted, watcher), live| {
-            serve_connection(accepted, watcher, live, Arc::clone(&worker))
+            Arc::clone(&worker).serve_connection(accepted, watcher, live)
         });
     }
     let mut workers = Workers::start(serve)?;
@@ -286,6 +286,7 @@ where
     S: Service<http::Request<Incoming>, Response = http::Response<RB>, Error = Infallible>
         + Clone
         + Send
+        + Sync
         + 'static,
     S::Future: Send + Unpin + 'static,
     RB: http_body::Body<Data = bytes::Bytes> + Send + Unpin + 'static,
@@ -312,6 +313,59 @@ where
             .serve_connection(TokioIo::new(connection), TowerToHyperService::new(per_call));
         (serving, activity)
     }
+
+    /// Serves one connection on this worker, until it ends or the drain
+    /// closes it.
+    ///
+    /// This future is each connection's task, kept for the connection's
+    /// life, so it is kept small: a task of 3,584 bytes instead of 7,424
+    /// (measured with `-Zprint-type-sizes`; docs/costs.md). The handshake's
+    /// future is boxed and freed once the handshake is over, and hyper's
+    /// connection is built outside it ([`Self::http2_over`]) and pinned
+    /// once, here.
+    ///
+    /// A function that returns an `async move` block rather than an `async
+    /// fn`: an `async fn` keeps each argument twice, as passed and as moved
+    /// into its body.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn would store its arguments twice"
+    )]
+    fn serve_connection(
+        self: Arc<Self>,
+        accepted: Accepted,
+        mut watcher: DrainWatcher,
+        live: Live,
+    ) -> impl Future<Output = ()> + Send + use<S, RB> {
+        async move {
+            // Counted on its worker until this task ends.
+            let _live = live;
+            let closed = |how| {
+                if let Some(metrics) = self.lifetime.metrics {
+                    metrics.closed(how);
+                }
+            };
+            let peer = accepted.peer();
+            let handshake = Box::pin(accepted.serve(self.tls.as_ref(), &mut watcher));
+            let connection = match handshake.await {
+                Ok(connection) => connection,
+                Err(e) => {
+                    tracing::debug!(%peer, "connection not served: {e}");
+                    closed(Closed::NotServed);
+                    return;
+                }
+            };
+            let (serving, activity) = self.http2_over(connection);
+            let serving = pin!(serving);
+            match lifetime::serve(serving, watcher, &self.lifetime, activity).await {
+                Ok(()) => closed(Closed::Clean),
+                Err(e) => {
+                    tracing::debug!("connection ended with an error: {e}");
+                    closed(Closed::Error);
+                }
+            }
+        }
+    }
 }
 
 /// hyper's HTTP/2 connection as [`WorkerServing::http2_over`] builds it.
@@ -320,68 +374,6 @@ type HyperConnection<S> = http2::Connection<
     TowerToHyperService<lifetime::Tracked<PerConnection<S>>>,
     TokioExecutor,
 >;
-
-/// Serves one connection on the worker it was handed to, until it ends or
-/// the drain closes it.
-///
-/// This future is each connection's task, kept for the connection's life,
-/// so it is kept small: a task of 3,584 bytes instead of 7,424 (measured
-/// with `-Zprint-type-sizes`; docs/costs.md). The handshake's future is
-/// boxed and freed once the handshake is over, and hyper's connection is
-/// built outside it ([`WorkerServing::http2_over`]) and pinned once, here.
-///
-/// A function that returns an `async move` block rather than an `async fn`:
-/// an `async fn` keeps each argument twice, as passed and as moved into its
-/// body.
-#[allow(
-    clippy::manual_async_fn,
-    reason = "an async fn would store its arguments twice"
-)]
-fn serve_connection<S, RB>(
-    accepted: Accepted,
-    mut watcher: DrainWatcher,
-    live: Live,
-    worker: Arc<WorkerServing<S>>,
-) -> impl Future<Output = ()> + Send
-where
-    S: Service<http::Request<Incoming>, Response = http::Response<RB>, Error = Infallible>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + Unpin + 'static,
-    RB: http_body::Body<Data = bytes::Bytes> + Send + Unpin + 'static,
-    RB::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    async move {
-        // Counted on its worker until this task ends.
-        let _live = live;
-        let closed = |how| {
-            if let Some(metrics) = worker.lifetime.metrics {
-                metrics.closed(how);
-            }
-        };
-        let peer = accepted.peer();
-        let handshake = Box::pin(accepted.serve(worker.tls.as_ref(), &mut watcher));
-        let connection = match handshake.await {
-            Ok(connection) => connection,
-            Err(e) => {
-                tracing::debug!(%peer, "connection not served: {e}");
-                closed(Closed::NotServed);
-                return;
-            }
-        };
-        let (serving, activity) = worker.http2_over(connection);
-        let serving = pin!(serving);
-        match lifetime::serve(serving, watcher, &worker.lifetime, activity).await {
-            Ok(()) => closed(Closed::Clean),
-            Err(e) => {
-                tracing::debug!("connection ended with an error: {e}");
-                closed(Closed::Error);
-            }
-        }
-    }
-}
 
 /// Sets, before each scrape, the gauges whose value the server keeps
 /// anyway: connections open (the accept loop's permits in use), and each
