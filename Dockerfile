@@ -29,6 +29,8 @@ COPY peer peer
 COPY server server
 COPY clients clients
 COPY harness harness
+# h2 with two buffer sizes patched (Cargo.toml's [patch.crates-io]).
+COPY vendor vendor
 # BuildKit cache mounts keep the crate registry and target/ between builds,
 # so a code change recompiles only our crates, not the dependency tree.
 # --workspace: every member compiles here, including tools that do not ship,

@@ -2,6 +2,11 @@
 //!
 //! Every value here is a default that `routing-server --help` lets a reader
 //! override by flag or environment variable (see [`crate::Config`]).
+//!
+//! Two sizes are not here, because no flag can reach them: h2's initial
+//! write buffer (4 KiB) and read buffer (1 KiB), which every connection
+//! holds for its whole life. h2 has no setting for them, so they are fixed
+//! at build time by a two-line patch of h2 (`vendor/README.md`).
 
 use std::time::Duration;
 

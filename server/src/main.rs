@@ -75,7 +75,8 @@ enum Command {
 ///   idled.
 /// - `disable_cache_oblivious`: each allocation of 16 KiB or more is no
 ///   longer padded by a page (a random offset that spreads large buffers over
-///   cache sets); h2's 16 KiB write buffer, one per connection, takes 16 KiB.
+///   cache sets), so a 16 KiB buffer takes 16 KiB, not 20 (h2's write
+///   buffer, one per connection, was 16 KiB before `vendor/h2`'s patch).
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -1,8 +1,10 @@
-//! The Dockerfile's build stage must see every workspace member.
+//! The Dockerfile's build stage must see every workspace member, and every
+//! crate the workspace patches in from a path (`[patch.crates-io]`).
 //!
 //! `cargo build --locked` inside the image loads the whole workspace, so a
-//! member that the build stage does not `COPY` breaks `docker compose build`
-//! for every reader, while every host-side check stays green. These tests
+//! member or a patched crate that the build stage does not `COPY` breaks
+//! `docker compose build` for every reader, while every host-side check
+//! stays green. These tests
 //! read the root `Cargo.toml` and the `Dockerfile` as text and fail
 //! `cargo test` instead.
 //!
@@ -26,6 +28,8 @@ fn every_workspace_member_is_copied_into_the_build_stage() {
 
     // When each member is looked up among the stage's COPY sources
     let missing = missing_members(&members, &stage);
+    let patched = patched_paths(&read(&root.join("Cargo.toml")));
+    let missing_patches = missing_members(&patched, &stage);
 
     // Then none is missing, none is cut out of the build context, and the
     // stage compiles them all
@@ -36,7 +40,13 @@ fn every_workspace_member_is_copied_into_the_build_stage() {
          `cargo build --locked` inside the image would fail to load the workspace. \
          Add `COPY <dir> <dir>` beside the other members' COPY lines."
     );
-    for member in &members {
+    assert!(
+        missing_patches.is_empty(),
+        "the Dockerfile's `{BUILD_STAGE}` stage does not COPY the patched crate(s) {missing_patches:?} \
+         ([patch.crates-io] in Cargo.toml): `cargo build --locked` inside the image would fail. \
+         Add `COPY <dir> <dir>` beside the members' COPY lines."
+    );
+    for member in members.iter().chain(&patched) {
         assert!(
             !ignored
                 .lines()
@@ -92,6 +102,22 @@ fn a_member_missing_from_the_build_stage_is_reported() {
     }
 }
 
+#[test]
+fn patched_crates_are_read_from_the_manifest() {
+    // Given a manifest with a path patch, a registry patch and comments
+    let manifest = "[workspace]\nmembers = [\"server\"]\n\n[patch.crates-io]\n\
+                    # h2 = { path = \"old/h2\" }\n\
+                    h2 = { path = \"./vendor/h2/\" } # two buffers\n\
+                    tower = { git = \"https://example.invalid/tower\" }\n\n\
+                    [profile.release]\nstrip = true\n";
+
+    // When its patched paths are read
+    let patched = patched_paths(manifest);
+
+    // Then only the path patch is found, normalised
+    assert_eq!(patched, ["vendor/h2"]);
+}
+
 /// The COPY sources and RUN commands of one Dockerfile stage.
 #[derive(Debug, Default)]
 struct Stage {
@@ -142,6 +168,28 @@ fn workspace_members(manifest: &str) -> Vec<String> {
         );
     }
     members
+}
+
+/// The `path` of every crate in a `[patch.*]` table, one crate a line
+/// (`name = { path = "dir" }`), comments removed.
+fn patched_paths(manifest: &str) -> Vec<String> {
+    let mut in_patch = false;
+    let mut paths = Vec::new();
+    for line in manifest.lines() {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if line.starts_with('[') {
+            in_patch = line.starts_with("[patch.");
+        } else if in_patch && let Some((_, table)) = line.split_once('=') {
+            let mut fields = table.split(',');
+            if let Some(path) = fields.find_map(|field| {
+                let (key, value) = field.trim_start_matches([' ', '{']).split_once('=')?;
+                (key.trim() == "path").then(|| quoted_strings(value).next())?
+            }) {
+                paths.push(normalise(&path));
+            }
+        }
+    }
+    paths
 }
 
 /// The stage named [`BUILD_STAGE`]: its COPY sources and RUN commands.
