@@ -6,7 +6,7 @@
 //! Two sizes are not here, because no flag can reach them: h2's initial
 //! write buffer (4 KiB) and read buffer (1 KiB), which every connection
 //! holds for its whole life. h2 has no setting for them, so they are fixed
-//! at build time by a two-line patch of h2 (`vendor/README.md`).
+//! at build time by a small patch of h2 (`vendor/README.md`).
 
 use std::time::Duration;
 
