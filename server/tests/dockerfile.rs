@@ -4,9 +4,8 @@
 //! `cargo build --locked` inside the image loads the whole workspace, so a
 //! member or a patched crate that the build stage does not `COPY` breaks
 //! `docker compose build` for every reader, while every host-side check
-//! stays green. These tests
-//! read the root `Cargo.toml` and the `Dockerfile` as text and fail
-//! `cargo test` instead.
+//! stays green. These tests read the root `Cargo.toml` and the `Dockerfile`
+//! as text and fail `cargo test` instead.
 //!
 //! The parsers are deliberately small: they read the subset of TOML and of
 //! Dockerfile syntax this repository uses, and say so when they meet more.
@@ -22,13 +21,14 @@ const BUILD_STAGE: &str = "build";
 fn every_workspace_member_is_copied_into_the_build_stage() {
     // Given the repository's own manifest, Dockerfile and .dockerignore
     let root = workspace_root();
-    let members = workspace_members(&read(&root.join("Cargo.toml")));
+    let manifest = read(&root.join("Cargo.toml"));
+    let members = workspace_members(&manifest);
+    let patched = patched_paths(&manifest);
     let stage = build_stage(&read(&root.join("Dockerfile")));
     let ignored = read(&root.join(".dockerignore"));
 
-    // When each member is looked up among the stage's COPY sources
+    // When each member and patched crate is looked up among the stage's COPY sources
     let missing = missing_members(&members, &stage);
-    let patched = patched_paths(&read(&root.join("Cargo.toml")));
     let missing_patches = missing_members(&patched, &stage);
 
     // Then none is missing, none is cut out of the build context, and the
