@@ -131,7 +131,9 @@ pub const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 ///
 /// A response stays in memory until the client has read it, and a client can
 /// stop reading. Each ListRoutes call reserves its page's size before it is
-/// built; a call that would go over the budget fails at once with
+/// built (an uncompressed page is sent from the shared catalog and holds far
+/// less, but it is charged its size too, so the budget bounds pages in
+/// flight the same way whatever the encoding); a call that would go over the budget fails at once with
 /// `RESOURCE_EXHAUSTED` ("response budget ... retry, or ask for a smaller
 /// page"), it is never queued. 128 MiB is about 25 full 5 MB pages in flight.
 /// GetQuote and health answers are small and never reserve, so they are never
@@ -177,8 +179,8 @@ pub const STALLED_HOLDER_AFTER: Duration = Duration::from_secs(2);
 /// 200 kB and a 400 kB page sent at once (`abuse bigframes`) queued 15
 /// frames and left each idle connection a 16-entry queue, 5 KiB, for
 /// life; with 256 KiB, 7 frames and 2.5 KiB. h2 still takes slices as they go out:
-/// hyper asks for the next only while h2 holds less than its 400 KiB
-/// per-stream send buffer.
+/// hyper asks for the next only while h2 holds less than its per-stream
+/// send buffer ([`SEND_BUFFER_PER_STREAM`]).
 pub const PROGRESS_SLICE: usize = 256 * 1024;
 
 /// Unsent bytes the kernel may queue on one connection: 128 KiB
@@ -316,6 +318,32 @@ pub const WORKER_THREADS_FALLBACK: usize = 1;
 /// a connection is sending large frames, and it is freed when the burst ends,
 /// so idle connections and GetQuote traffic never hold one.
 pub const COALESCE_BYTES: usize = 256 * 1024;
+
+/// A carrier at least this long (16 KiB) goes out of an identity ListRoutes
+/// page as bytes shared with the catalog, not copied
+/// ([`crate::routing::page_body`]). Each shared string is a chunk of its own:
+/// one more DATA frame, one more entry in h2's send queue and one small
+/// allocation, which costs more than copying a string shorter than a frame
+/// (16 KiB, the frame size clients usually allow). The catalog's carriers
+/// are about 100 kB, so every one is shared and everything else is copied.
+pub const PAGE_SHARED_TEXT_MIN: usize = 16 * 1024;
+
+/// Bytes of a response that h2 may hold per stream, queued but not yet on
+/// the wire: 64 KiB (hyper's default is about 400 KiB).
+///
+/// hyper hands h2 the next chunk of a body while h2 holds less than this
+/// for the stream, and each chunk h2 holds is one entry in the connection's
+/// frame queue, which h2 grows by doubling and never shrinks. An identity
+/// ListRoutes page comes in chunks of about 100 kB and 40 bytes, one pair
+/// per carrier ([`crate::routing::page_body`]). At 400 KiB, a connection
+/// that had 15 page streams at once kept 69.4–69.5 KiB once idle, against
+/// 49.0 KiB when pages came as one chunk: over the 64 KiB the
+/// idle-after-a-burst rule is sized for ([`BURST_STREAMS`]). At 128 KiB,
+/// 57.7–57.9 KiB; at 64 KiB, 49.3–49.7 KiB, as before. A full identity page
+/// cost no more CPU at 64 KiB than at 128 KiB or 400 KiB, beyond the spread
+/// between runs (docs/costs.md, "The identity page's copy"): the chunks are
+/// in memory already, and hyper hands over the next as soon as h2 has room.
+pub const SEND_BUFFER_PER_STREAM: usize = 64 * 1024;
 
 /// Writes smaller than this (8 KiB) go straight to the socket when nothing is
 /// gathered, so GetQuote answers and control frames are never held back or
@@ -503,6 +531,8 @@ pub const MAX_IDLE_AFTER_BURST: Option<Duration> = Some(Duration::from_secs(15))
 /// Streams open at once that mark a connection as a burst's: 16. Below
 /// it, what h2 keeps is at most about 25 KiB + 16 × 2 KiB = 57 KiB, under
 /// issue 23's 64 KiB per idle connection, so it is not worth a reconnect.
+/// Measured with 15 one-route page streams at once: 49.3–49.7 KiB of live
+/// memory per idle connection (see [`SEND_BUFFER_PER_STREAM`]).
 pub const BURST_STREAMS: u32 = 16;
 
 /// The age is moved by up to ±10 % per connection, as grpc-go's

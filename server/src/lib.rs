@@ -42,7 +42,8 @@
 //! - [`routing`], the chapter's service: [`routing::quote`] GetQuote
 //!   validation and pricing (pure), [`routing::catalog`] the padded catalog,
 //!   pagination and field masks (pure data), [`routing::page_codec`] a page's
-//!   wire encoding and every field number, [`routing::service`] the gRPC
+//!   wire encoding and every field number, [`routing::page_body`] an
+//!   uncompressed page sent from the catalog without a copy, [`routing::service`] the gRPC
 //!   adapter that maps both onto `Status` codes and gzips only ListRoutes
 //!   pages, [`routing::replica`] the `routing-replica` header,
 //!   [`routing::faults`] GetQuote slowed or failed on purpose (lever 6, off

@@ -13,12 +13,15 @@
 //!
 //! A page is never copied out of the catalog. [`Catalog::page`] answers a
 //! request with a [`Page`]: which routes, which of their fields, and the next
-//! token. The page shares the catalog, and [`crate::routing::page_codec`] encodes the
-//! selected fields straight from it. Copying them into a `ListRoutesResponse`
-//! first, the obvious way, would deep-copy up to 5 MB of strings per call.
+//! token. The page shares the catalog, and [`crate::routing::page_codec`]
+//! encodes the selected fields straight from it ([`crate::routing::page_body`]
+//! sends an uncompressed page's carriers from it without a copy at all).
+//! Copying them into a `ListRoutesResponse` first, the obvious way, would
+//! deep-copy up to 5 MB of strings per call.
 
 use std::{fmt, ops::Range, sync::Arc};
 
+use bytes::Bytes;
 use routing_contracts::routing::{Leg, ListRoutesRequest, Route};
 use tonic::Status;
 
@@ -154,9 +157,46 @@ impl Page {
         &self.catalog.routes[self.routes.clone()]
     }
 
+    /// The routes the page selects, each with its index in the catalog.
+    pub(crate) fn indexed_routes(&self) -> impl Iterator<Item = (usize, &Route)> {
+        self.routes.clone().zip(self.routes())
+    }
+
     /// Which fields of each route the page keeps.
     pub(crate) fn mask(&self) -> &RouteMask {
         &self.mask
+    }
+
+    /// A leg's carrier as [`Bytes`] that point into the catalog: no copy is
+    /// made, and the bytes keep the catalog alive until they are dropped.
+    pub(crate) fn shared_carrier(&self, at: LegAt) -> Bytes {
+        Bytes::from_owner(CarrierText {
+            catalog: Arc::clone(&self.catalog),
+            at,
+        })
+    }
+}
+
+/// Where a leg lives in the catalog: its route's index and its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LegAt {
+    pub(crate) route: usize,
+    pub(crate) leg: usize,
+}
+
+/// A leg's carrier, read in place: what a [`Page::shared_carrier`] points at.
+struct CarrierText {
+    catalog: Arc<Catalog>,
+    at: LegAt,
+}
+
+impl AsRef<[u8]> for CarrierText {
+    /// A `LegAt` is only made while walking this same catalog
+    /// ([`Page::indexed_routes`]), so the indices are in range.
+    fn as_ref(&self) -> &[u8] {
+        self.catalog.routes[self.at.route].legs[self.at.leg]
+            .carrier
+            .as_bytes()
     }
 }
 

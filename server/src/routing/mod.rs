@@ -1,5 +1,6 @@
 //! The chapter's service: `GetQuote` ([`quote`]) and `ListRoutes` over the
-//! padded catalog ([`catalog`], encoded by [`page_codec`]), behind the gRPC
+//! padded catalog ([`catalog`], encoded by [`page_codec`], or sent from the
+//! catalog itself by [`page_body`] when uncompressed), behind the gRPC
 //! adapter ([`service`]); [`replica`] names the replica that answers;
 //! [`faults`] makes GetQuote slow or failing on purpose (lever 6).
 //! `server/examples/tonic_server.rs` serves the same logic with tonic's own
@@ -7,6 +8,7 @@
 
 pub mod catalog;
 pub mod faults;
+pub mod page_body;
 pub mod page_codec;
 pub mod quote;
 pub mod replica;

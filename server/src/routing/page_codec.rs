@@ -4,8 +4,10 @@
 //! so serving a page that way means first copying up to 5 MB of catalog strings
 //! into one. ListRoutes is served through [`PageCodec`] instead: its encoder
 //! writes a [`Page`] straight from the shared catalog into tonic's send buffer,
-//! which is the one copy any response needs. Everything else stays tonic's
-//! own: decoding the request, gzip, the size caps and the status codes.
+//! the one copy gzip needs. Everything else stays tonic's own: decoding the
+//! request, gzip, the size caps and the status codes. A page that goes out
+//! uncompressed skips even that copy: [`crate::routing::page_body`] lays it
+//! out from the same [`Field`]s, its carriers shared with the catalog.
 //!
 //! A page holds only strings and nested messages, and protobuf puts both on
 //! the wire the same way (wire type 2, "length-delimited"): a key (field
@@ -23,13 +25,18 @@ use tonic::Status;
 use tonic::codec::{Codec, EncodeBuf, Encoder};
 use tonic_prost::ProstDecoder;
 
-use crate::routing::catalog::{Page, RouteMask};
+use crate::routing::catalog::{LegAt, Page, RouteMask};
 
 /// One protobuf field of a response, borrowed from the catalog.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Field<'a> {
     /// A `string` field. proto3 leaves an empty string off the wire, as prost does.
     Text(u32, &'a str),
+    /// A leg's carrier: a `string` field like [`Field::Text`], the long
+    /// one (about 100 kB), with where it lives in the catalog, so that an
+    /// identity page can send it without copying it
+    /// ([`crate::routing::page_body`]).
+    Carrier(&'a str, LegAt),
     /// A nested message field. It goes on the wire even when all its fields
     /// are empty: `price {}` is not the same as no price.
     Message(u32, Vec<Field<'a>>),
@@ -52,14 +59,24 @@ impl Field<'_> {
         encode_key(self.tag(), WireType::LengthDelimited, buf);
         encode_varint(len as u64, buf);
         match self {
-            Self::Text(_, text) => buf.put_slice(text.as_bytes()),
+            Self::Text(_, text) | Self::Carrier(text, _) => buf.put_slice(text.as_bytes()),
             Self::Message(_, fields) => fields.iter().for_each(|field| field.encode(buf)),
+        }
+    }
+
+    /// Writes the key and the length prefix only: what precedes the body.
+    /// Nothing for a field left off the wire.
+    pub(crate) fn encode_head(&self, buf: &mut impl BufMut) {
+        if let Some(len) = self.body_len() {
+            encode_key(self.tag(), WireType::LengthDelimited, buf);
+            encode_varint(len as u64, buf);
         }
     }
 
     fn tag(&self) -> u32 {
         match self {
             Self::Text(tag, _) | Self::Message(tag, _) => *tag,
+            Self::Carrier(..) => tag::LEG_CARRIER,
         }
     }
 
@@ -67,8 +84,8 @@ impl Field<'_> {
     /// left off the wire.
     fn body_len(&self) -> Option<usize> {
         match self {
-            Self::Text(_, "") => None,
-            Self::Text(_, text) => Some(text.len()),
+            Self::Text(_, "") | Self::Carrier("", _) => None,
+            Self::Text(_, text) | Self::Carrier(text, _) => Some(text.len()),
             Self::Message(_, fields) => Some(fields.iter().map(Field::encoded_len).sum()),
         }
     }
@@ -99,10 +116,9 @@ impl Page {
     /// The `ListRoutesResponse` as protobuf fields, in field-number order,
     /// each string borrowed from the catalog.
     pub fn fields(&self) -> Vec<Field<'_>> {
-        let routes = self
-            .routes()
-            .iter()
-            .map(|route| Field::Message(tag::RESPONSE_ROUTES, self.mask().fields(route)));
+        let routes = self.indexed_routes().map(|(index, route)| {
+            Field::Message(tag::RESPONSE_ROUTES, self.mask().fields(route, index))
+        });
         let token = Field::Text(tag::RESPONSE_NEXT_PAGE_TOKEN, self.next_page_token());
         routes.chain([token]).collect()
     }
@@ -133,20 +149,30 @@ impl Page {
 }
 
 impl RouteMask {
-    /// The fields of `route` this mask keeps, borrowed, in field-number
-    /// order. A field that is not kept is an empty string, which proto3 leaves
-    /// off the wire. Legs are kept (as empty messages if need be) whenever any
-    /// leg field is selected, so the number of legs stays visible.
-    pub(crate) fn fields<'a>(&self, route: &'a Route) -> Vec<Field<'a>> {
+    /// The fields of `route` (at `index` in the catalog) this mask keeps,
+    /// borrowed, in field-number order. A field that is not kept is an empty
+    /// string, which proto3 leaves off the wire. Legs are kept (as empty
+    /// messages if need be) whenever any leg field is selected, so the number
+    /// of legs stays visible.
+    pub(crate) fn fields<'a>(&self, route: &'a Route, index: usize) -> Vec<Field<'a>> {
         let keep =
             |yes: bool, tag: u32, text: &'a str| Field::Text(tag, if yes { text } else { "" });
         let mut fields = vec![keep(self.id, tag::ROUTE_ID, &route.id)];
         if self.leg_origin || self.leg_destination || self.leg_carrier {
-            fields.extend(route.legs.iter().map(|leg| {
+            fields.extend(route.legs.iter().enumerate().map(|(at, leg)| {
+                let carrier = if self.leg_carrier {
+                    &leg.carrier[..]
+                } else {
+                    ""
+                };
+                let at = LegAt {
+                    route: index,
+                    leg: at,
+                };
                 let leg = vec![
                     keep(self.leg_origin, tag::LEG_ORIGIN, &leg.origin),
                     keep(self.leg_destination, tag::LEG_DESTINATION, &leg.destination),
-                    keep(self.leg_carrier, tag::LEG_CARRIER, &leg.carrier),
+                    Field::Carrier(carrier, at),
                 ];
                 Field::Message(tag::ROUTE_LEGS, leg)
             }));

@@ -7,7 +7,9 @@
 //! to [`RoutingApi::list_page`] through [`PageCodec`], so a page is encoded
 //! straight from the shared catalog instead of being copied into a
 //! `ListRoutesResponse` first; it is gzipped for clients that accept gzip,
-//! and it holds its share of the response budget until it is sent.
+//! sent from the catalog itself when it goes out uncompressed
+//! ([`crate::routing::page_body`]), and it holds its share of the response
+//! budget until it is sent.
 
 use std::{
     convert::Infallible,
@@ -36,6 +38,7 @@ use crate::call::response_hold::{
 };
 use crate::routing::catalog::{Catalog, Page};
 use crate::routing::faults::Faults;
+use crate::routing::page_body::{PageToSend, share_identity_page};
 use crate::routing::page_codec::PageCodec;
 use crate::routing::quote;
 
@@ -88,7 +91,11 @@ impl RoutingApi {
     ) -> Result<Response<Page>, Status> {
         let page = self.catalog.page(request.get_ref())?;
         // A page stays in memory until the client has read it: reserve its
-        // size, or refuse at once (see knobs::RESPONSE_BUDGET_BYTES).
+        // size, or refuse at once (see knobs::RESPONSE_BUDGET_BYTES). An
+        // uncompressed page shares the catalog and holds far less, but is
+        // charged its size all the same, so the budget bounds the pages in
+        // flight, and what a client that stops reading can hold, whatever
+        // the encoding.
         // A call that knows its connection is held to that connection's
         // share, and may make a stalled connection give up its room.
         let bytes = page.encoded_len();
@@ -108,10 +115,11 @@ impl RoutingApi {
             next = %page.next_page_token(),
             "listed"
         );
-        let mut response = Response::new(page);
+        let mut response = Response::new(page.clone());
         response
             .extensions_mut()
             .insert(HeldResponse(Arc::new(reservation)));
+        response.extensions_mut().insert(PageToSend(page));
         Ok(response)
     }
 }
@@ -227,6 +235,7 @@ impl Service<http::Request<Body>> for RoutingServer {
             );
         let connection = request.extensions().get::<ConnectionInfo>().cloned();
         let send_deadline = self.api.send_deadline;
+        let max_encoding = self.max_encoding_message_size;
         let api = Arc::clone(&self.api);
         let list_page = tower::service_fn(move |request| {
             let api = Arc::clone(&api);
@@ -234,6 +243,11 @@ impl Service<http::Request<Body>> for RoutingServer {
         });
         Box::pin(async move {
             let mut response = grpc.unary(list_page, request).await;
+            // An uncompressed page goes out of the catalog itself, uncopied
+            // (see crate::routing::page_body); tonic's body is dropped unread.
+            if let Some(PageToSend(page)) = response.extensions_mut().remove() {
+                share_identity_page(&mut response, &page, max_encoding);
+            }
             if let Some(HeldResponse(reservation)) = response.extensions_mut().remove() {
                 response = hold_until_sent(response, reservation, connection, send_deadline);
             }

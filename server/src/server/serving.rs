@@ -35,7 +35,7 @@ use crate::{
     connection::policy::ConnectionPolicy,
     connection::tls::ServerTls,
     connection::watched::Connection,
-    knobs::Config,
+    knobs::{Config, SEND_BUFFER_PER_STREAM},
     metrics::{Metrics, a66::CallMetricsLayer, connection::Closed, endpoint},
     routing::catalog::Catalog,
     routing::faults::Faults,
@@ -440,7 +440,11 @@ fn http2_settings(config: &Config) -> http2::Builder<TokioExecutor> {
         .max_local_error_reset_streams(config.max_local_error_resets)
         // gRPC has no use for a `date` header on every response. (tonic
         // always sends one.)
-        .auto_date_header(false);
+        .auto_date_header(false)
+        // A response's bytes h2 may hold per stream beyond what is on the
+        // wire (see knobs::SEND_BUFFER_PER_STREAM). (tonic: no setting; its
+        // server keeps hyper's ~400 KiB)
+        .max_send_buf_size(SEND_BUFFER_PER_STREAM);
     http2
 }
 
