@@ -61,10 +61,7 @@ pub fn share_identity_page(
     if response.headers().contains_key(ENCODING_HEADER) {
         return;
     }
-    if page.encoded_len() > max_encoding.unwrap_or(usize::MAX) {
-        return;
-    }
-    if let Some(body) = PageBody::new(page) {
+    if let Some(body) = PageBody::new(page, max_encoding.unwrap_or(usize::MAX)) {
         *response.body_mut() = Body::new(body);
     }
 }
@@ -78,18 +75,24 @@ pub struct PageBody {
 }
 
 impl PageBody {
-    /// The page's message, prefix included. `None` only if the page is
-    /// beyond what one gRPC message can say (4 GiB), which the catalog never
-    /// reaches: the caller then leaves the answer to tonic.
-    pub fn new(page: &Page) -> Option<Self> {
-        let len = u32::try_from(page.encoded_len()).ok()?;
+    /// The page's message, prefix included, from one walk of its fields.
+    /// `None` if the page encodes to more than `max_len` bytes, or more than
+    /// one gRPC message can say (4 GiB, which the catalog never reaches):
+    /// the caller then leaves the answer to tonic.
+    pub fn new(page: &Page, max_len: usize) -> Option<Self> {
+        let fields = page.fields();
+        let len: usize = fields.iter().map(Field::encoded_len).sum();
+        if len > max_len {
+            return None;
+        }
+        let len = u32::try_from(len).ok()?;
         let mut trailers = http::HeaderMap::new();
         Status::ok("").add_header(&mut trailers).ok()?;
         let mut rope = Rope::default();
         rope.small.put_u8(0); // not compressed
         rope.small.put_u32(len);
-        for field in page.fields() {
-            rope.put(&field, page);
+        for field in &fields {
+            rope.put(field, page);
         }
         Some(Self {
             chunks: rope.finish(),
@@ -239,7 +242,7 @@ mod tests {
             for mask in masks {
                 for (size, token) in [(25, ""), (3, "22"), (0, "")] {
                     let page = page(&catalog, size, token, mask);
-                    let body = PageBody::new(&page).expect("a page under 4 GiB");
+                    let body = PageBody::new(&page, usize::MAX).expect("a page under 4 GiB");
                     assert_eq!(
                         joined(&body),
                         framed(&page),
@@ -257,7 +260,7 @@ mod tests {
     fn carriers_point_into_the_catalog() {
         let catalog = Arc::new(Catalog::new());
         let page = page(&catalog, 25, "", &[]);
-        let body = PageBody::new(&page).expect("a page under 4 GiB");
+        let body = PageBody::new(&page, usize::MAX).expect("a page under 4 GiB");
         let carriers: Vec<*const u8> = catalog
             .routes()
             .iter()
@@ -281,7 +284,7 @@ mod tests {
     fn a_page_without_carriers_is_one_chunk() {
         let catalog = Arc::new(Catalog::new());
         let page = page(&catalog, 25, "", &["routes.id", "routes.price"]);
-        let body = PageBody::new(&page).expect("a page under 4 GiB");
+        let body = PageBody::new(&page, usize::MAX).expect("a page under 4 GiB");
         assert_eq!(body.chunks().count(), 1);
     }
 
@@ -292,7 +295,7 @@ mod tests {
     async fn body_ends_with_ok_trailers() {
         let catalog = Arc::new(Catalog::new());
         let page = page(&catalog, 4, "", &[]);
-        let body = PageBody::new(&page).expect("a page under 4 GiB");
+        let body = PageBody::new(&page, usize::MAX).expect("a page under 4 GiB");
         assert_eq!(body.size_hint().exact(), Some(framed(&page).len() as u64));
         assert!(!body.is_end_stream());
         let collected = body.collect().await.expect("infallible");
