@@ -79,6 +79,12 @@
 //! and calls again as soon as it is answered, so the connections of a worker
 //! that the OS runs less often make fewer of the calls.
 //!
+//! `bench` and the servers share whatever cores the machine has. Where there
+//! are no more cores than workers, `bench` runs on the workers' cores, and
+//! 2 workers then cost more per call than 1, mostly for that reason. To
+//! measure the workers themselves, start the servers and `bench` under
+//! `taskset` on separate cores (docs/costs.md, "Two workers against one").
+//!
 //! Over TLS (`--tls-target`): what TLS costs a reused connection. Start
 //! each server twice, plaintext and TLS (`routing-server dev-cert --out
 //! certs` makes the certificates), and give both addresses; `--compare`
