@@ -314,7 +314,9 @@ pub const WORKER_THREADS_FALLBACK: usize = 1;
 /// for a 5 MB ListRoutes page. Gathering them into 256 KiB writes takes about
 /// 20. Measured on the 2-core test machine, 200 identity ListRoutes calls:
 /// 2.9 ms of server CPU per call before, 2.2 ms after, kernel time down by
-/// almost half for one extra copy in user space. The buffer exists only while
+/// almost half for one extra copy in user space (none for an identity page's
+/// carriers, which are kept by reference: see
+/// [`crate::connection::shared_memory`]). The buffer exists only while
 /// a connection is sending large frames, and it is freed when the burst ends,
 /// so idle connections and GetQuote traffic never hold one.
 pub const COALESCE_BYTES: usize = 256 * 1024;

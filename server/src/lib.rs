@@ -22,7 +22,8 @@
 //!   hyper (`connection/mod.rs` draws the byte stack):
 //!   [`connection::accepted`] waits for the first byte and sets the socket
 //!   options; [`connection::tls`] the TLS handshake and transport;
-//!   [`connection::coalesce`] fewer, larger writes; [`connection::watched`]
+//!   [`connection::coalesce`] fewer, larger writes, which keep the catalog's
+//!   bytes by reference ([`connection::shared_memory`]); [`connection::watched`]
 //!   the frame watchers, the handshake timeout and the server's own
 //!   GOAWAY; [`connection::frame_rules`] one handler per frame type, over
 //!   [`connection::ping_floor`], [`connection::control_frames`] and

@@ -8,8 +8,8 @@
 //!     |                              (bytes as the socket takes them)
 //!   TLS or plain                   tls: Transport, tokio-util's Either
 //!     |
-//!   fewer, larger writes           coalesce: Coalesce
-//!     |
+//!   fewer, larger writes           coalesce: Coalesce (the catalog's bytes
+//!     |                              by reference: shared_memory)
 //!   frame watchers and rules       watched: Connection (handshake timeout,
 //!     |                              GOAWAY at a frame boundary, close on
 //!     |                              request); frame_rules: one handler per
@@ -34,6 +34,7 @@ pub mod drain;
 pub mod frame_rules;
 pub mod ping_floor;
 pub mod policy;
+pub mod shared_memory;
 pub mod tls;
 pub mod verdict;
 pub mod watched;

@@ -48,6 +48,7 @@ use crate::connection::coalesce::Coalesce;
 use crate::connection::frame_rules::FrameRules;
 use crate::connection::ping_floor::PING_PAYLOAD_LEN;
 use crate::connection::policy::ConnectionPolicy;
+use crate::connection::shared_memory::SharedMemory;
 use crate::connection::tls::Transport;
 use crate::kernel_queue::{CountWrites, SentBytes};
 use crate::knobs::GOAWAY_WRITE_GRACE;
@@ -143,6 +144,14 @@ impl Connection {
             close_requested: Box::pin(notify.notified_owned()),
             closing: None,
         }
+    }
+
+    /// Writes slices of `memory` by reference rather than copying them
+    /// (see [`Coalesce::sharing`]).
+    #[must_use]
+    pub fn sharing(mut self, memory: Arc<SharedMemory>) -> Self {
+        self.stream = self.stream.sharing(Some(memory));
+        self
     }
 
     /// Checks the frames the client just sent: each goes to its handler

@@ -110,6 +110,18 @@ impl Catalog {
         &self.routes
     }
 
+    /// Every leg's carrier as [`Bytes`] that point into the catalog, in
+    /// catalog order: the memory an identity page is sent from
+    /// ([`crate::connection::shared_memory`]).
+    pub fn carriers(self: &Arc<Self>) -> Vec<Bytes> {
+        self.routes
+            .iter()
+            .enumerate()
+            .flat_map(|(route, r)| (0..r.legs.len()).map(move |leg| LegAt { route, leg }))
+            .map(|at| carrier_bytes(self, at))
+            .collect()
+    }
+
     /// Resolves a request to one page. Bad tokens and unknown mask paths are
     /// `INVALID_ARGUMENT`; `next_page_token` is returned whatever the mask.
     pub fn page(self: &Arc<Self>, req: &ListRoutesRequest) -> Result<Page, Status> {
@@ -170,11 +182,17 @@ impl Page {
     /// A leg's carrier as [`Bytes`] that point into the catalog: no copy is
     /// made, and the bytes keep the catalog alive until they are dropped.
     pub(crate) fn shared_carrier(&self, at: LegAt) -> Bytes {
-        Bytes::from_owner(CarrierText {
-            catalog: Arc::clone(&self.catalog),
-            at,
-        })
+        carrier_bytes(&self.catalog, at)
     }
+}
+
+/// The carrier at `at` as [`Bytes`] that point into `catalog` and keep it
+/// alive.
+fn carrier_bytes(catalog: &Arc<Catalog>, at: LegAt) -> Bytes {
+    Bytes::from_owner(CarrierText {
+        catalog: Arc::clone(catalog),
+        at,
+    })
 }
 
 /// Where a leg lives in the catalog: its route's index and its own.

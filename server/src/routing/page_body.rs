@@ -11,13 +11,16 @@
 //! - each leg's carrier (about 100 kB, 99.9 % of a full page) as [`Bytes`]
 //!   that point into the catalog.
 //!
-//! h2 cuts those into DATA frames as it does any body, so the bytes are
-//! copied once in user space, into the connection's write buffer
-//! ([`crate::connection::coalesce`]), instead of twice. For a full 5 MB page
-//! that took server CPU from 3.60–4.35 ms to 2.75–3.05 ms (see
-//! `docs/costs.md`, "The identity page's copy"). The price is more chunks
-//! per page in h2's frame queue, which
-//! [`crate::knobs::SEND_BUFFER_PER_STREAM`] keeps short.
+//! h2 cuts those into DATA frames as it does any body. The connection's
+//! write buffer ([`crate::connection::coalesce`]) finds a frame's payload in
+//! the catalog's memory ([`crate::connection::shared_memory`]) and keeps a
+//! reference instead of a copy, so a carrier is not copied in user space at
+//! all; the kernel's copy into the socket is its only one. Sharing the
+//! carriers with tonic's buffer took a full 5 MB page's server CPU from
+//! 3.60–4.35 ms to 2.75–3.05 ms, and then with the write buffer another
+//! 10 % off (see `docs/costs.md`, "The identity page's copy" and "The write
+//! buffer's copy"). The price is more chunks per page in h2's frame queue,
+//! which [`crate::knobs::SEND_BUFFER_PER_STREAM`] keeps short.
 //!
 //! tonic still does everything else: it decodes the request, calls the
 //! handler, picks the encoding and sets the headers. [`share_identity_page`]
@@ -197,6 +200,7 @@ mod tests {
     use routing_contracts::routing::ListRoutesRequest;
 
     use super::*;
+    use crate::connection::shared_memory::SharedMemory;
     use crate::routing::catalog::{Catalog, Filler};
 
     fn page(catalog: &Arc<Catalog>, page_size: i32, token: &str, mask: &[&str]) -> Page {
@@ -276,6 +280,31 @@ mod tests {
             copied + shared.iter().map(|c| c.len()).sum::<usize>(),
             framed(&page).len()
         );
+    }
+
+    /// Given the memory a worker shares with its connections
+    /// ([`crate::connection::shared_memory`]), when a full page's chunks are
+    /// offered to it cut as h2 cuts them (16 KiB frames), then every frame
+    /// of every carrier is found there, in place, and only the short
+    /// fields (under 4 KiB) are left to copy.
+    #[test]
+    fn a_pages_carriers_are_in_the_shared_memory() {
+        let catalog = Arc::new(Catalog::new());
+        let memory = SharedMemory::new(catalog.carriers());
+        let page = page(&catalog, 25, "", &[]);
+        let body = PageBody::new(&page, usize::MAX).expect("a page under 4 GiB");
+        let (mut shared, mut copied) = (0, 0);
+        for frame in body.chunks().flat_map(|chunk| chunk.chunks(16 * 1024)) {
+            match memory.share(frame) {
+                Some(bytes) => {
+                    assert_eq!(bytes.as_ptr(), frame.as_ptr());
+                    shared += frame.len();
+                }
+                None => copied += frame.len(),
+            }
+        }
+        assert_eq!(shared, memory.len(), "every carrier, whole");
+        assert!(copied < 4 * 1024, "{copied} bytes to copy");
     }
 
     /// Given a page with no carriers (ids and prices only), when it is laid

@@ -77,6 +77,12 @@ impl RoutingApi {
         self
     }
 
+    /// The catalog's carriers, which every identity page is sent from
+    /// (see [`Catalog::carriers`]).
+    pub fn carriers(&self) -> Vec<bytes::Bytes> {
+        self.catalog.carriers()
+    }
+
     /// The response budget, which every clone shares (for the metrics).
     pub fn response_budget(&self) -> Arc<ByteBudget> {
         Arc::clone(&self.response_budget)

@@ -33,6 +33,7 @@ use crate::{
     connection::age::{self as lifetime, Lifetime},
     connection::drain::{DrainWatcher, ServerDrain},
     connection::policy::ConnectionPolicy,
+    connection::shared_memory::SharedMemory,
     connection::tls::ServerTls,
     connection::watched::Connection,
     knobs::{Config, SEND_BUFFER_PER_STREAM},
@@ -224,6 +225,9 @@ pub async fn run_with(
             http2: http2.clone(),
             tls: tls.clone(),
             lifetime: Arc::clone(&lifetime),
+            // A copy per worker, as the service: its reference count is
+            // moved by every connection the worker starts.
+            shared: Arc::new(SharedMemory::new(api.carriers())),
         });
         serve.push(move |(accepted, watcher), live| {
             Arc::clone(&worker).serve_connection(accepted, watcher, live)
@@ -271,7 +275,8 @@ pub async fn run_with(
 }
 
 /// What every connection on one worker is served with: its copy of the
-/// service, hyper's settings, TLS and the lifetime rules. Shared by the
+/// service, hyper's settings, TLS, the lifetime rules and the memory its
+/// writes may share. Shared by the
 /// worker's connection tasks, so each task stores one pointer to it rather
 /// than a copy of each (about 300 bytes per connection).
 struct WorkerServing<S> {
@@ -279,6 +284,10 @@ struct WorkerServing<S> {
     http2: http2::Builder<TokioExecutor>,
     tls: Option<ServerTls>,
     lifetime: Arc<Lifetime>,
+    /// The catalog's carriers: an identity page's bytes are written from
+    /// them, not copied into the write buffer
+    /// ([`crate::connection::shared_memory`]).
+    shared: Arc<SharedMemory>,
 }
 
 impl<S, RB> WorkerServing<S>
@@ -294,7 +303,7 @@ where
 {
     /// hyper's connection over `connection`, with the per-call service, and
     /// the activity its idle rules watch. Not async on purpose: what it
-    /// takes and borrows (the 616-byte `Connection`, the per-call service)
+    /// takes and borrows (the 600-byte `Connection`, the per-call service)
     /// is gone before the caller's next `.await`, so the connection's task
     /// does not keep room for it.
     fn http2_over(
@@ -308,6 +317,7 @@ where
         // Connection age and idleness, and the replica header (connection/age.rs).
         let peak_streams = Arc::clone(&per_call.info.peak_streams);
         let (per_call, activity) = self.lifetime.track(per_call, peak_streams);
+        let connection = connection.sharing(Arc::clone(&self.shared));
         let serving = self
             .http2
             .serve_connection(TokioIo::new(connection), TowerToHyperService::new(per_call));
