@@ -352,6 +352,17 @@ pub const SEND_BUFFER_PER_STREAM: usize = 64 * 1024;
 /// copied.
 pub const COALESCE_MIN_WRITE: usize = 8 * 1024;
 
+/// Most parts of a gathered burst given to one `writev`: 64 (see
+/// [`crate::connection::coalesce`]).
+///
+/// A burst whose frames are kept by reference
+/// ([`crate::connection::shared_memory`]) is a list of parts: each frame's
+/// copied header, then its payload in the catalog. 256 KiB of 16 KiB frames
+/// is 15 of each, so 64 sends a full burst in one call with room for small
+/// frames between them. The slices live on the stack, 16 bytes each; Linux
+/// takes up to 1,024 (`IOV_MAX`).
+pub const COALESCE_MAX_SLICES: usize = 64;
+
 /// Graceful shutdown: after SIGTERM or Ctrl+C the server stops accepting,
 /// lets calls in flight finish, and gives up waiting after 10 s.
 /// compose.yaml allows 15 s before SIGKILL, so the drain can finish.

@@ -39,11 +39,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::connection::shared_memory::SharedMemory;
-use crate::knobs::{COALESCE_BYTES, COALESCE_MIN_WRITE};
-
-/// Most slices given to one `writev`: 256 KiB of 16 KiB frames is 16
-/// headers and 16 payloads. (Linux takes up to 1,024.)
-const MAX_SLICES: usize = 64;
+use crate::knobs::{COALESCE_BYTES, COALESCE_MAX_SLICES, COALESCE_MIN_WRITE};
 
 /// An IO whose large writes are gathered into fewer system calls.
 #[derive(Debug)]
@@ -115,16 +111,16 @@ impl Burst {
         }
     }
 
-    /// Writes out everything gathered to `io`, up to [`MAX_SLICES`] parts
-    /// per system call. The buffer keeps its capacity (see
-    /// [`Coalesce::release_if_empty`]).
+    /// Writes out everything gathered to `io`, up to
+    /// [`COALESCE_MAX_SLICES`] parts per system call. The buffer keeps its
+    /// capacity (see [`Coalesce::release_if_empty`]).
     fn poll_drain<T: AsyncWrite + Unpin>(
         &mut self,
         io: &mut T,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
         while !self.parts.is_empty() {
-            let mut slices = [io::IoSlice::new(&[]); MAX_SLICES];
+            let mut slices = [io::IoSlice::new(&[]); COALESCE_MAX_SLICES];
             let mut count = 0;
             for (part, slice) in self.parts.iter().zip(slices.iter_mut()) {
                 let skip = if count == 0 { self.sent } else { 0 };
