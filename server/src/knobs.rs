@@ -350,6 +350,14 @@ pub const SEND_BUFFER_PER_STREAM: usize = 64 * 1024;
 /// Writes smaller than this (8 KiB) go straight to the socket when nothing is
 /// gathered, so GetQuote answers and control frames are never held back or
 /// copied.
+///
+/// Also the shortest slice kept by reference rather than copied
+/// ([`crate::connection::shared_memory`]): copying a few hundred bytes costs
+/// less than a part of its own, and it bounds a burst's list of parts. At
+/// most 256 KiB ÷ 8 KiB = 32 are shared, each followed by at most one
+/// copied run, so a burst is at most 65 parts (about 2.6 KB of list) and
+/// about one `writev` ([`COALESCE_MAX_SLICES`]), however small the frames a
+/// client's flow-control window lets through.
 pub const COALESCE_MIN_WRITE: usize = 8 * 1024;
 
 /// Most parts of a gathered burst given to one `writev`: 64 (see

@@ -87,12 +87,14 @@ impl Part {
 }
 
 impl Burst {
-    /// Gathers `slice`: by reference if `share` holds it, else copied.
+    /// Gathers `slice`: by reference if `share` holds it and it is at least
+    /// [`COALESCE_MIN_WRITE`] long, else copied.
     fn gather(&mut self, slice: &[u8], share: Option<&SharedMemory>) {
         if slice.is_empty() {
             return;
         }
         self.len += slice.len();
+        let share = share.filter(|_| slice.len() >= COALESCE_MIN_WRITE);
         if let Some(shared) = share.and_then(|memory| memory.share(slice)) {
             self.parts.push_back(Part::Shared(shared));
             return;
@@ -634,6 +636,29 @@ mod tests {
         assert_eq!(h.stream(), expected);
         assert!(h.written().iter().all(|&n| n <= 5000));
         assert_eq!(h.held(), 0);
+    }
+
+    /// Given shared memory, when frames whose payloads in it are shorter
+    /// than [`COALESCE_MIN_WRITE`] are gathered (a client whose window lets
+    /// only small frames through), then those are copied: a burst's list of
+    /// parts stays one run, not two parts per frame.
+    #[test]
+    fn short_slices_of_shared_memory_are_copied() {
+        let region = region();
+        let mut h = Harness::sharing(Socket::default(), vec![region.clone()]);
+        let mut expected = Vec::new();
+        h.write_frame(9, FRAME); // a burst has begun
+        expected.extend_from_slice(&[9; 9 + FRAME]);
+        for (i, payload) in region.chunks(COALESCE_MIN_WRITE - 1).enumerate() {
+            let head = [i as u8; 9];
+            h.write_slices(&[&head, payload]);
+            expected.extend_from_slice(&head);
+            expected.extend_from_slice(payload);
+        }
+        assert_eq!(h.burst().parts.len(), 1, "one copied run");
+        h.flush();
+        h.flush();
+        assert_eq!(h.stream(), expected);
     }
 
     /// Given an IO that writes one slice per call (the default of
