@@ -24,7 +24,8 @@
 //! carriers that an identity page is sent from): those are kept as
 //! references, and the burst goes out as one `writev` of the copied frame
 //! headers and the shared payloads, in order. So the kernel's copy into the
-//! socket is the only one a carrier's bytes get.
+//! socket is the only one most of a carrier's bytes get. (A slice under
+//! [`COALESCE_MIN_WRITE`] is copied all the same: see that knob.)
 
 use std::{
     collections::VecDeque,

@@ -14,10 +14,13 @@
 //! h2 cuts those into DATA frames as it does any body. The connection's
 //! write buffer ([`crate::connection::coalesce`]) finds a frame's payload in
 //! the catalog's memory ([`crate::connection::shared_memory`]) and keeps a
-//! reference instead of a copy, so a carrier is not copied in user space at
-//! all; the kernel's copy into the socket is its only one. Sharing the
-//! carriers with tonic's buffer took a full 5 MB page's server CPU from
-//! 3.60–4.35 ms to 2.75–3.05 ms, and then with the write buffer another
+//! reference instead of a copy. So most of a carrier's bytes are copied
+//! once, by the kernel into the socket. In user space only short runs are
+//! copied: the first bytes of each frame, which h2 keeps beside the frame's
+//! header (up to 256), and each carrier's last frame, which is under
+//! [`crate::knobs::COALESCE_MIN_WRITE`]. Sharing the carriers with tonic's
+//! buffer took a full 5 MB page's server CPU from 3.60–4.35 ms to
+//! 2.75–3.05 ms, and sharing them with the write buffer took about another
 //! 10 % off (see `docs/costs.md`, "The identity page's copy" and "The write
 //! buffer's copy"). The price is more chunks per page in h2's frame queue,
 //! which [`crate::knobs::SEND_BUFFER_PER_STREAM`] keeps short.

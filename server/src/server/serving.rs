@@ -276,9 +276,9 @@ pub async fn run_with(
 
 /// What every connection on one worker is served with: its copy of the
 /// service, hyper's settings, TLS, the lifetime rules and the memory its
-/// writes may share. Shared by the
-/// worker's connection tasks, so each task stores one pointer to it rather
-/// than a copy of each (about 300 bytes per connection).
+/// writes may share. Shared by the worker's connection tasks, so each task
+/// stores one pointer to it rather than a copy of each (about 300 bytes per
+/// connection).
 struct WorkerServing<S> {
     service: S,
     http2: http2::Builder<TokioExecutor>,
