@@ -29,7 +29,7 @@ COPY peer peer
 COPY server server
 COPY clients clients
 COPY harness harness
-# h2 with two buffer sizes patched (Cargo.toml's [patch.crates-io]).
+# h2 with two buffer sizes and its frame queue patched (Cargo.toml's [patch.crates-io]).
 COPY vendor vendor
 # BuildKit cache mounts keep the crate registry and target/ between builds,
 # so a code change recompiles only our crates, not the dependency tree.

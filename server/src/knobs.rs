@@ -331,21 +331,29 @@ pub const COALESCE_BYTES: usize = 256 * 1024;
 pub const PAGE_SHARED_TEXT_MIN: usize = 16 * 1024;
 
 /// Bytes of a response that h2 may hold per stream, queued but not yet on
-/// the wire: 64 KiB (hyper's default is about 400 KiB).
+/// the wire: 256 KiB (hyper's default is about 400 KiB).
 ///
 /// hyper hands h2 the next chunk of a body while h2 holds less than this
-/// for the stream, and each chunk h2 holds is one entry in the connection's
-/// frame queue, which h2 grows by doubling and never shrinks. An identity
-/// ListRoutes page comes in chunks of about 100 kB and 40 bytes, one pair
-/// per carrier ([`crate::routing::page_body`]). At 400 KiB, a connection
-/// that had 15 page streams at once kept 69.4–69.5 KiB once idle, against
-/// 49.0 KiB when pages came as one chunk: over the 64 KiB the
-/// idle-after-a-burst rule is sized for ([`BURST_STREAMS`]). At 128 KiB,
-/// 57.7–57.9 KiB; at 64 KiB, 49.3–49.7 KiB, as before. A full identity page
-/// cost no more CPU at 64 KiB than at 128 KiB or 400 KiB, beyond the spread
-/// between runs (docs/costs.md, "The identity page's copy"): the chunks are
-/// in memory already, and hyper hands over the next as soon as h2 has room.
-pub const SEND_BUFFER_PER_STREAM: usize = 64 * 1024;
+/// for the stream. An identity ListRoutes page comes in chunks of about
+/// 100 kB and 40 bytes, one pair per carrier
+/// ([`crate::routing::page_body`]), so at 256 KiB h2 holds up to three
+/// carriers per stream, and a flush writes them in one `writev`. At 64 KiB
+/// it held one, and a full page took one `writev` and one hand-over from
+/// hyper per carrier: 2.15–2.85 ms of server CPU per page, against
+/// 1.95–2.30 ms at 256 KiB (5 rounds taking turns; 128 KiB, two carriers,
+/// was within the 64 KiB build's spread). It costs no memory: an identity
+/// page's chunks are the catalog's own bytes, and any other page is
+/// already charged in full to the response budget.
+///
+/// Each chunk h2 holds is one slot in the connection's frame queue. As
+/// published, h2 keeps that queue at its busiest size for the connection's
+/// life, and at 256 KiB a connection that once had 15 page streams kept
+/// 65.8–65.9 KiB when idle, over issue 23's 64 KiB. The vendored h2 gives
+/// an emptied queue's slots back (vendor/README.md): 25.6–25.7 KiB, against
+/// 49.8–50.0 KiB at 64 KiB unpatched (`bigframes --bigframes-extra-pages
+/// 13`, 300 connections, the allocator purging at once; docs/costs.md,
+/// "h2's frame queue").
+pub const SEND_BUFFER_PER_STREAM: usize = 256 * 1024;
 
 /// Writes smaller than this (8 KiB) go straight to the socket when nothing is
 /// gathered, so GetQuote answers and control frames are never held back or
@@ -538,8 +546,11 @@ pub const MAX_CONNECTION_IDLE: Option<Duration> = None;
 /// with the `bigframes` attack and the allocator purging at once
 /// (docs/hardening.md), a connection idle after 100 streams at once kept
 /// 214 KiB of live memory, one that never had more than 2 kept 25 KiB,
-/// about 2 KiB for every stream once open at once. At the connection cap
-/// that is gigabytes, and h2 has no setting that shrinks it. A GOAWAY gives
+/// about 2 KiB for every stream once open at once. The vendored h2 now
+/// gives its frame queue back once empty, and 100 streams leave 64.1 KiB
+/// (docs/costs.md, "h2's frame queue"); the rest is h2's stream store,
+/// which h2 has no setting to shrink, and at the connection cap that is
+/// still gigabytes. A GOAWAY gives
 /// it all back; the client's next call opens a connection that never had
 /// the burst. 15 s: longer than any pause inside a burst of calls, shorter
 /// than the 20 s after which issue 23 asks for at most 64 KiB per
@@ -550,10 +561,11 @@ pub const MAX_CONNECTION_IDLE: Option<Duration> = None;
 pub const MAX_IDLE_AFTER_BURST: Option<Duration> = Some(Duration::from_secs(15));
 
 /// Streams open at once that mark a connection as a burst's: 16. Below
-/// it, what h2 keeps is at most about 25 KiB + 16 × 2 KiB = 57 KiB, under
-/// issue 23's 64 KiB per idle connection, so it is not worth a reconnect.
-/// Measured with 15 one-route page streams at once: 49.3–49.7 KiB of live
-/// memory per idle connection (see [`SEND_BUFFER_PER_STREAM`]).
+/// it, what h2 keeps is under issue 23's 64 KiB per idle connection, so it
+/// is not worth a reconnect. Measured with 15 one-route page streams at
+/// once: 25.6–25.7 KiB of live memory per idle connection, since h2 gives
+/// an emptied frame queue back (49.3–50.0 KiB before; see
+/// [`SEND_BUFFER_PER_STREAM`]).
 pub const BURST_STREAMS: u32 = 16;
 
 /// The age is moved by up to ±10 % per connection, as grpc-go's

@@ -23,7 +23,8 @@
 //! 2.75–3.05 ms, and sharing them with the write buffer took about another
 //! 10 % off (see `docs/costs.md`, "The identity page's copy" and "The write
 //! buffer's copy"). The price is more chunks per page in h2's frame queue,
-//! which [`crate::knobs::SEND_BUFFER_PER_STREAM`] keeps short.
+//! which the vendored h2 gives back once empty (see
+//! [`crate::knobs::SEND_BUFFER_PER_STREAM`]).
 //!
 //! tonic still does everything else: it decodes the request, calls the
 //! handler, picks the encoding and sets the headers. [`share_identity_page`]

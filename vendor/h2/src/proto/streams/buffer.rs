@@ -33,7 +33,21 @@ impl<T> Buffer<T> {
     pub fn is_empty(&self) -> bool {
         self.slab.is_empty()
     }
+
+    /// Patched (see vendor/README.md): once every frame has been taken out,
+    /// a buffer that grew past `KEEP_EMPTY_SLOTS` gives its slots back. As
+    /// published, the slab keeps the size of the connection's busiest moment
+    /// for the connection's whole life.
+    fn shrink_if_empty(&mut self) {
+        if self.slab.is_empty() && self.slab.capacity() > KEEP_EMPTY_SLOTS {
+            self.slab = Slab::new();
+        }
+    }
 }
+
+/// Patched: slots an empty buffer keeps. A connection whose queue never
+/// held more frames than this never reallocates it.
+const KEEP_EMPTY_SLOTS: usize = 16;
 
 impl Deque {
     pub fn new() -> Self {
@@ -82,6 +96,7 @@ impl Deque {
         match self.indices {
             Some(mut idxs) => {
                 let mut slot = buf.slab.remove(idxs.head);
+                buf.shrink_if_empty();
 
                 if idxs.head == idxs.tail {
                     assert!(slot.next.is_none());
