@@ -341,9 +341,11 @@ pub const PAGE_SHARED_TEXT_MIN: usize = 16 * 1024;
 /// it held one, and a full page took one `writev` and one hand-over from
 /// hyper per carrier: 2.15–2.85 ms of server CPU per page, against
 /// 1.95–2.30 ms at 256 KiB (5 rounds taking turns; 128 KiB, two carriers,
-/// was within the 64 KiB build's spread). It costs no memory: an identity
-/// page's chunks are the catalog's own bytes, and any other page is
-/// already charged in full to the response budget.
+/// was within the 64 KiB build's spread). While a page is sent it holds no
+/// new memory: an identity page's chunks are the catalog's own bytes, and
+/// any other page is already charged in full to the response budget. After
+/// `bigframes`, an idle connection reads 2.5 KiB more (24.1–24.2 KiB, from
+/// 21.5–21.7), not tracked down.
 ///
 /// Each chunk h2 holds is one slot in the connection's frame queue. As
 /// published, h2 keeps that queue at its busiest size for the connection's
@@ -550,9 +552,8 @@ pub const MAX_CONNECTION_IDLE: Option<Duration> = None;
 /// gives its frame queue back once empty, and 100 streams leave 64.1 KiB
 /// (docs/costs.md, "h2's frame queue"); the rest is h2's stream store,
 /// which h2 has no setting to shrink, and at the connection cap that is
-/// still gigabytes. A GOAWAY gives
-/// it all back; the client's next call opens a connection that never had
-/// the burst. 15 s: longer than any pause inside a burst of calls, shorter
+/// still over a gigabyte. A GOAWAY gives it all back; the client's next
+/// call opens a connection that never had the burst. 15 s: longer than any pause inside a burst of calls, shorter
 /// than the 20 s after which issue 23 asks for at most 64 KiB per
 /// connection. On by default, unlike [`MAX_CONNECTION_IDLE`], because it
 /// touches only connections that once ran [`BURST_STREAMS`] calls at once,
