@@ -341,3 +341,21 @@ async fn metrics_are_off_by_default() {
     assert_eq!(server.metrics_url(), None);
     server.shutdown().await.expect("stops");
 }
+
+/// The worker count is a gauge, so a pod's CPU limit can be read from its
+/// own metrics (`./verify.sh --k8s`): here it is the configured count.
+#[tokio::test]
+async fn the_worker_count_is_a_gauge() {
+    // Given a server told to run two workers
+    let server = start_with(Config {
+        metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+        worker_threads: Some(2),
+        ..Config::default()
+    })
+    .await;
+    // When it is scraped
+    let text = scrape(&server).await;
+    // Then the gauge says two
+    assert_eq!(sample(&text, "routing_server_worker_threads", ""), 2.0);
+    server.shutdown().await.expect("stops");
+}

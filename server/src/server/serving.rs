@@ -210,6 +210,16 @@ pub async fn run_with(
         metrics: Some(metrics.connections),
         ..Lifetime::from_config(&config)
     });
+    if let Some(registry) = metrics.registry() {
+        // Set once: what a CPU limit gave this process (docs/kubernetes.md).
+        registry
+            .gauge(
+                "routing_server_worker_threads",
+                &[],
+                "Worker threads serving connections: --worker-threads, or the CPUs this process may use (cgroup quota and affinity included)",
+            )
+            .set(workers as f64);
+    }
     let metrics_task = metrics_listener.map(|listener| {
         watch_state(&metrics, &slots, slot_count, &request_budget, &api);
         let metrics_addr = listener
