@@ -73,10 +73,12 @@ source verify.d/11-balancer.sh
 source verify.d/12-tls.sh
 # shellcheck source=verify.d/13-deadlines.sh
 source verify.d/13-deadlines.sh
+# shellcheck source=verify.d/20-kubernetes.sh
+source verify.d/20-kubernetes.sh
 
 usage() {
   cat <<EOF
-Usage: ./verify.sh [--local] [--no-build] [--help]
+Usage: ./verify.sh [--local | --k8s] [--no-build] [--help]
 
 Brings the stack up, runs grpcurl, ghz and the clients against it,
 asserts the chapter's claims, prints PASS (exit 0) or the failed assertion
@@ -98,6 +100,14 @@ Modes:
                  with lb/haproxy.cfg; prometheus (PATH) scrapes them all.
                  The binaries are taken from cargo's target directory
                  (CARGO_TARGET_DIR is honoured).
+  --k8s          On Kubernetes (docs/kubernetes.md): deploy/k8s in a namespace
+                 of its own, the lesson clients and ghz as Jobs, every row
+                 read from the pods' metrics through the Prometheus in the
+                 cluster. K8S_CONTEXT names the cluster (kind, minikube, ...),
+                 whose nodes must have ROUTING_IMAGE, PROMETHEUS_IMAGE and
+                 GHZ_IMAGE; without it, as root, a single-node cluster is
+                 built (once, about 8 min) and brought up on this machine,
+                 the images imported from podman or docker, and torn down.
   --no-build     Use images (or, with --local, release binaries) that
                  already exist.
 
@@ -116,6 +126,9 @@ Overrides (environment):
   Workload   CALLS=$CALLS LINK_CALLS=$LINK_CALLS GHZ_CONCURRENCY=$GHZ_CONCURRENCY GHZ_TOTAL=$GHZ_TOTAL IDLE_SECS=$IDLE_SECS
   Limits     READY_TIMEOUT_S=$READY_TIMEOUT_S READY_PROBE_S=$READY_PROBE_S TOOL_TIMEOUT_S=$TOOL_TIMEOUT_S
              BUILD_TIMEOUT_S=$BUILD_TIMEOUT_S
+  Kubernetes K8S_CONTEXT=${K8S_CONTEXT:-(a local cluster)} K8S_NAMESPACE=$K8S_NAMESPACE K8S_IMAGE_ENGINE=${K8S_IMAGE_ENGINE:-(podman, else docker)}
+             K8S_PINNED_SHARE=$K8S_PINNED_SHARE K8S_SPREAD_SHARE=$K8S_SPREAD_SHARE K8S_NEW_POD_S=$K8S_NEW_POD_S
+             K8S_WORKERS_1CPU=$K8S_WORKERS_1CPU K8S_WORKERS_2CPU=$K8S_WORKERS_2CPU K8S_READY_S=$K8S_READY_S K8S_JOB_S=$K8S_JOB_S
   Compose    COMPOSE="$COMPOSE" ROUTING_PORT=$ROUTING_PORT COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-grpc-tuning}
              Published on 127.0.0.1 too: ROUTING_TLS_PORT (9443), LB_L4_PORT (9280),
              LB_L7_PORT (9281), LB_STATS_PORT (9285), ROUTING_METRICS_PORT (9464),
@@ -133,6 +146,7 @@ build=yes
 while (($#)); do
   case $1 in
     --local) mode=local ;;
+    --k8s) mode=k8s ;;
     --no-build) build=no ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument: $1" ;;
@@ -140,7 +154,7 @@ while (($#)); do
   shift
 done
 
-need_tools
+if [[ $mode == k8s ]]; then k8s_need_tools; else need_tools; fi
 scratch=$(mktemp -d)
 trap cleanup EXIT
 # Ctrl+C stops the tool in flight and exits 130, SIGTERM 143: see `bounded`.
@@ -268,6 +282,16 @@ link_reuse() {
     fi
   done
 }
+
+# ─── On Kubernetes: its own rows (verify.d/20-kubernetes.sh) ──────────────────
+if [[ $mode == k8s ]]; then
+  row ASSERTION MEASURED BOUND RESULT
+  kubernetes_rows
+  printf '\nSummary (mode=%s)\n' "$mode"
+  printf '%s\n' "${summary[@]}"
+  printf '\nPASS\n'
+  exit 0
+fi
 
 # ─── Bring the stack up ──────────────────────────────────────────────────────
 start_server

@@ -77,6 +77,7 @@ cleanup() {
   for pid in ${extra_pids[@]+"${extra_pids[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; done
   # HAProxy first, so the replicas drain at once; the server last.
   stop_processes ${lb_pids[@]+"${lb_pids[@]}"} ${server_pid:+"$server_pid"} ${prom_pid:+"$prom_pid"}
+  if [[ $mode == k8s ]]; then k8s_stop; fi
   if [[ $compose_up == yes ]]; then
     say "tearing down: $COMPOSE down"
     # -v: the `tls` volume's dev certificates go too; the next run makes new ones.
@@ -148,7 +149,9 @@ client_at() { # client_at TARGET BIN ARGS...
   fi
 }
 server_log() { # the tail of the server's log, for evidence
-  if [[ $mode == local ]]; then
+  if [[ $mode == k8s ]]; then
+    k8s_log
+  elif [[ $mode == local ]]; then
     tail -n 40 "$scratch/server.log" 2>/dev/null || true
   elif [[ $compose_up == yes ]]; then
     timeout 30 "${compose[@]}" logs --no-color --tail 40 server 2>&1 || true

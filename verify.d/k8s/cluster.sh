@@ -271,7 +271,9 @@ up() {
   pki "$ip"
   containerd_config
   kubelet_config "$ip"
-  local k=$S/kubeconfig b=$K8S_BIN_DIR
+  local k=$S/kubeconfig b=$K8S_BIN_DIR node
+  # The node's name, as the kubelet would make it from the host name.
+  node=$(hostname | tr '[:upper:]' '[:lower:]')
 
   start etcd etcd --name routing-test --data-dir "$S/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -293,8 +295,8 @@ up() {
   wait_for "containerd" "$UP_TIMEOUT_S" ctr_ version
   pause_image "$engine"
   start kubelet "$b/kubelet" --config "$S/kubelet/config.yaml" --kubeconfig "$k" \
-    --root-dir "$S/kubelet/root" --cert-dir "$S/kubelet/pki" --node-ip "$ip"
-  start kube-proxy "$b/kube-proxy" --config "$S/kube-proxy.yaml" --hostname-override "$(hostname)"
+    --root-dir "$S/kubelet/root" --cert-dir "$S/kubelet/pki" --node-ip "$ip" --hostname-override "$node"
+  start kube-proxy "$b/kube-proxy" --config "$S/kube-proxy.yaml" --hostname-override "$node"
   start coredns "$b/coredns" -conf "$S/Corefile"
 
   wait_for "the node" "$UP_TIMEOUT_S" kubectl --kubeconfig "$k" wait --for=condition=Ready node --all --timeout=1s
