@@ -104,7 +104,7 @@ Modes:
                  of its own, the lesson clients and ghz as Jobs, every row
                  read from the pods' metrics through the Prometheus in the
                  cluster. K8S_CONTEXT names the cluster (kind, minikube, ...),
-                 whose nodes must have ROUTING_IMAGE, PROMETHEUS_IMAGE and
+                 whose nodes must have ROUTING_IMAGE, K8S_PROMETHEUS_IMAGE and
                  GHZ_IMAGE; without it, as root, a single-node cluster is
                  built (once, about 8 min) and brought up on this machine,
                  the images imported from podman or docker, and torn down.

@@ -30,7 +30,7 @@ K8S_IMAGE_ENGINE=${K8S_IMAGE_ENGINE:-}       # the local cluster: podman or dock
 K8S_READY_S=${K8S_READY_S:-180}              # a rollout or a Job start must finish within this (s)
 K8S_JOB_S=${K8S_JOB_S:-240}                  # a Job must complete within this (s)
 ROUTING_IMAGE=${ROUTING_IMAGE:-grpc-tuning/routing-server:dev}
-PROMETHEUS_IMAGE=${PROMETHEUS_IMAGE:-docker.io/prom/prometheus:v2.42.0}
+K8S_PROMETHEUS_IMAGE=${K8S_PROMETHEUS_IMAGE:-docker.io/prom/prometheus:v2.55.1} # not compose's PROMETHEUS_IMAGE: it needs kubernetes_sd_configs
 GHZ_IMAGE=${GHZ_IMAGE:-ghcr.io/bojand/ghz:0.121.0}
 GET_QUOTE=shipping.routing.v1.RoutingService/GetQuote
 
@@ -66,7 +66,7 @@ overlay() {
     echo "images:"
     read -r name tag <<<"$(split_image "$ROUTING_IMAGE")"
     printf '  - name: grpc-tuning/routing-server\n    newName: %s\n    newTag: "%s"\n' "$name" "$tag"
-    read -r name tag <<<"$(split_image "$PROMETHEUS_IMAGE")"
+    read -r name tag <<<"$(split_image "$K8S_PROMETHEUS_IMAGE")"
     printf '  - name: docker.io/prom/prometheus\n    newName: %s\n    newTag: "%s"\n' "$name" "$tag"
     read -r name tag <<<"$(split_image "$GHZ_IMAGE")"
     printf '  - name: ghcr.io/bojand/ghz\n    newName: %s\n    newTag: "%s"\n' "$name" "$tag"
@@ -171,9 +171,9 @@ k8s_start() {
     K8S_BIN_DIR=$bins K8S_IMAGE_ENGINE=$engine bounded 300 verify.d/k8s/cluster.sh up "$K8S_STATE" >"$scratch/cluster.env" ||
       die "the local cluster did not come up (logs: $K8S_STATE/logs)"
     kube_args=(--kubeconfig "$K8S_STATE/kubeconfig")
-    for image in "$ROUTING_IMAGE" "$PROMETHEUS_IMAGE" "$GHZ_IMAGE"; do
+    for image in "$ROUTING_IMAGE" "$K8S_PROMETHEUS_IMAGE" "$GHZ_IMAGE"; do
       "$engine" save -o "$scratch/image-${#archives[@]}.tar" "$image" >&2 ||
-        die "$engine has no image $image: build it (docker build -t $ROUTING_IMAGE .) or set ROUTING_IMAGE, PROMETHEUS_IMAGE, GHZ_IMAGE"
+        die "$engine has no image $image: build it (docker build -t $ROUTING_IMAGE .) or set ROUTING_IMAGE, K8S_PROMETHEUS_IMAGE, GHZ_IMAGE"
       archives+=("$scratch/image-${#archives[@]}.tar")
     done
     K8S_BIN_DIR=$bins bounded 300 verify.d/k8s/cluster.sh load "$K8S_STATE" "${archives[@]}" || die "importing the images failed"
