@@ -191,8 +191,9 @@ clientConnection: { kubeconfig: $S/kubeconfig }
 clusterCIDR: $POD_CIDR
 # It cannot set the kernel's conntrack table size here: leave it.
 conntrack: { maxPerCore: 0 }
-metricsBindAddress: 127.0.0.1:0
-healthzBindAddress: 127.0.0.1:0
+# Loopback only; the defaults bind every address.
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
 EOF
   cat >"$S/Corefile" <<EOF
 .:53 {
