@@ -17,6 +17,7 @@
 
 # ─── Bounds: rows 13 ─────────────────────────────────────────────────────────
 SLOW_DELAY_MS=2000                            # server-slow's --fault-delay-ms (compose.yaml's the same): a dependency far slower than any deadline here
+SLOW_DEFAULT_DEADLINE_S=1                     # server-slow's --default-deadline-secs (compose.yaml's the same): under the delay, so no_deadline shows the server's bound within the phase (the default, 30 s, would take 30 s)
 DEADLINE_MS=${DEADLINE_MS:-200}               # the deadline of endpoint_timeout and request_deadline (ms), as in grpc-go's experiment
 DEADLINE_MARGIN_MS=${DEADLINE_MARGIN_MS:-300} # scheduling margin (ms): a call ends, and the server's calls in flight are back to 0, within deadline + this; timers fire within 1 ms, a busy 2-core runner or a container network adds tens of ms, and 200 + 300 ms is still a quarter of the delay
 DEADLINE_RATE=${DEADLINE_RATE:-50}            # calls/s in the rate phases: 2 s of them, 100 calls, so calls in flight at the deadline are about 10
@@ -34,7 +35,7 @@ deadline_rows() {
   local deadline_ok try limit_ms slow_metrics outage_target outage_metrics healthy_target healthy_metrics
   limit_ms=$((DEADLINE_MS + DEADLINE_MARGIN_MS))
   start_extra slow server-slow "13 slow server reports SERVING" \
-    --fault-delay-ms "$SLOW_DELAY_MS"
+    --fault-delay-ms "$SLOW_DELAY_MS" --default-deadline-secs "$SLOW_DEFAULT_DEADLINE_S"
   slow_metrics=$(metrics_of slow server-slow)
   # One run, four phases on the slow server; only the timing check is tried again.
   for try in $(seq "$TIMING_ATTEMPTS"); do
@@ -68,7 +69,12 @@ deadline_rows() {
     "$(phase deadlines cancelled '"\(.server.handlers_running_after_settle) of \(.server.in_flight_before_cancel) in flight"')" \
     "0, of >= $CANCEL_SEEN x 500" \
     "$(phase deadlines cancelled ".server.handlers_running_after_settle == 0 and .server.in_flight_before_cancel >= $CANCEL_SEEN * .calls")" deadlines
-  note "no deadline: p99, server peak in flight" "$(phase deadlines no_deadline '"\(.p99_s) s, \(.server.in_flight_peak) calls"')"
+  # No deadline from the client: the calls pile up (rate x bound in flight)
+  # until the server's default deadline ends each one, not the 2 s delay.
+  check "13h no_deadline: server's ${SLOW_DEFAULT_DEADLINE_S} s default ends calls" \
+    "$(phase deadlines no_deadline '"max \(.max_s * 1000 | round) ms, \(.statuses | to_entries | map("\(.key)=\(.value)") | join(",")), peak \(.server.in_flight_peak)"')" \
+    "<= $((SLOW_DEFAULT_DEADLINE_S * 1000 + DEADLINE_MARGIN_MS)) ms, all DEADLINE_EXCEEDED, peak <= rate x that" \
+    "$(phase deadlines no_deadline "(.max_s * 1000 <= $SLOW_DEFAULT_DEADLINE_S * 1000 + $DEADLINE_MARGIN_MS) and (.statuses.DEADLINE_EXCEEDED // 0) == .calls and .server.in_flight_peak <= $DEADLINE_RATE * ($SLOW_DEFAULT_DEADLINE_S * 1000 + $DEADLINE_MARGIN_MS) / 1000")" deadlines
   note "request deadline: server ended" "$(phase deadlines request_deadline '.server.ended | to_entries | map("\(.key)=\(.value)") | join(", ")')"
 
   start_extra outage server-outage "13 outage server reports SERVING" \

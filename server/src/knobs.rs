@@ -241,6 +241,25 @@ pub const QUIET_SOCKET_POLL: Duration = Duration::from_secs(1);
 /// fails with `DEADLINE_EXCEEDED` ("request body not complete within 10 s").
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 
+/// The longest a call that brought no deadline (no `grpc-timeout`) may
+/// run: 30 s. Then its handler is dropped and the client gets
+/// `DEADLINE_EXCEEDED` ("... ran past the server's default of 30 s"); a
+/// deadline the client sent, longer or shorter, wins. 0 turns it off.
+///
+/// Why 30 s: the slowest link the clients emulate (`--link`, see
+/// `clients/src/link.rs`) is `wan` for rate (20 Mbit/s) and `longhaul` for
+/// delay (400 ms round trip). The largest call, ListRoutes with a full
+/// 25-route page, is 5 MB: 5 MB × 8 ÷ 20 Mbit/s = 2.0 s, plus about three
+/// 400 ms round trips (request, windows) = 3.2 s; GetQuote needs one round
+/// trip. 30 s is about 10 times the slowest whole call, and 3 times
+/// [`REQUEST_DEADLINE`], so a slow request body still ends with its own,
+/// clearer message. Like a client's deadline, it bounds the handler (until
+/// the response's headers); sending the page is [`SEND_DEADLINE`]'s. It
+/// protects against clients that send no deadline, whose calls would
+/// otherwise pile up behind a slow dependency for as long as it is slow.
+/// grpc-go has no such bound. Unit: seconds.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
+
 /// Bytes of all partly received requests, server-wide: 64 MiB.
 ///
 /// The receive cap bounds one message (4 MiB), but not how many arrive at
@@ -582,15 +601,23 @@ pub const MAX_CONNECTION_AGE_JITTER: f64 = 0.1;
 /// --local, the harness, `bench folklore`) never fight over one port.
 pub const METRICS_PORT: u16 = 9464;
 
-/// Connections the metrics listener serves at once: 8; more are closed at
-/// once. A Prometheus keeps one per server, and a person with `curl` one
-/// more; the cap keeps a flood on the metrics port from costing the gRPC
-/// port anything (its own connection cap and budgets are not touched).
+/// Connections the metrics listener serves at once: 8. A Prometheus keeps
+/// one per server, and a person with `curl` one more. When all 8 are taken,
+/// a new connection closes the one that has waited longest for a request
+/// (see [`crate::metrics::endpoint`]), so idle sockets cannot keep a scrape
+/// out; it is refused only when all 8 are answering. The cap keeps a flood
+/// on the metrics port from costing the gRPC port anything (its own
+/// connection cap and budgets are not touched).
 pub const METRICS_MAX_CONNECTIONS: usize = 8;
 
-/// A metrics request's headers must arrive within this: 5 s (a slow
-/// sender's connection is closed, as hyper's `header_read_timeout` does).
-pub const METRICS_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// A metrics request's headers must arrive within this: 2 s, then the
+/// connection is closed (hyper's `header_read_timeout`). Prometheus and
+/// `curl` send theirs with the connection; 2 s is five 400 ms round trips.
+pub const METRICS_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// At most one warning per 10 s sums the metrics connections closed or
+/// refused since the last one, so a flood of sockets cannot flood the log.
+pub const METRICS_DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// A metrics connection lives at most this long: 30 s, then it is closed,
 /// whatever it is doing. A slow reader of a scrape cannot hold a slot for
@@ -743,6 +770,11 @@ pub struct Config {
     #[arg(help_heading = BUDGETS, long, env = "ROUTING_REQUEST_DEADLINE_SECS", default_value_t = REQUEST_DEADLINE.as_secs(),
           value_parser = at_least_one_second)]
     pub request_deadline_secs: u64,
+
+    /// Seconds a call that sent no grpc-timeout may run before its handler is
+    /// dropped and it ends DEADLINE_EXCEEDED; a client's own deadline wins (0: no bound).
+    #[arg(help_heading = BUDGETS, long, env = "ROUTING_DEFAULT_DEADLINE_SECS", default_value_t = DEFAULT_DEADLINE.as_secs())]
+    pub default_deadline_secs: u64,
 
     /// Bytes of all partly received requests at once; over it gets RESOURCE_EXHAUSTED.
     #[arg(help_heading = BUDGETS, long, env = "ROUTING_REQUEST_BUDGET_BYTES", default_value_t = REQUEST_BUDGET_BYTES)]
@@ -970,6 +1002,11 @@ impl Config {
         secs(self.request_deadline_secs)
     }
 
+    /// `None` when switched off (`--default-deadline-secs 0`).
+    pub fn default_deadline(&self) -> Option<Duration> {
+        (self.default_deadline_secs > 0).then(|| secs(self.default_deadline_secs))
+    }
+
     pub fn handshake_timeout(&self) -> Duration {
         secs(self.handshake_timeout_secs)
     }
@@ -1026,6 +1063,7 @@ impl Default for Config {
             stalled_holder_secs: STALLED_HOLDER_AFTER.as_secs(),
             tcp_notsent_lowat: TCP_NOTSENT_LOWAT,
             request_deadline_secs: REQUEST_DEADLINE.as_secs(),
+            default_deadline_secs: DEFAULT_DEADLINE.as_secs(),
             request_budget_bytes: REQUEST_BUDGET_BYTES,
             max_connections: None,
             handshake_timeout_secs: HANDSHAKE_TIMEOUT.as_secs(),

@@ -19,14 +19,35 @@ use std::{io::IsTerminal, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
 use routing_server::{
-    Config, cmd::probe::probe, connection::tls::BadTlsInput, metrics::endpoint::MetricsBindError,
-    server::shutdown,
+    Config,
+    cmd::probe::probe,
+    connection::tls::BadTlsInput,
+    metrics::endpoint::MetricsBindError,
+    server::{listen::ListenError, shutdown},
 };
 use tonic_health::pb::health_check_response::ServingStatus;
 use tracing_subscriber::{EnvFilter, layer::SubscriberExt, util::SubscriberInitExt};
 
+/// What each exit code means, at the end of `--help`.
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  stopped after SIGTERM or Ctrl+C (drained); probe: the server is SERVING
+  1  failed while running (or probe: not SERVING, unreachable)
+  2  a usage or configuration error at start-up: a bad flag or value (the
+     message names the flag), an unusable TLS file, a --listen or
+     --metrics-listen address that cannot be bound (e.g. already in use)";
+
+// `allow_negative_numbers`: `--fault-delay-ms -1` is the flag's value, so
+// the range check refuses it naming the flag; without it clap reads `-1`
+// as an unknown flag ("unexpected argument '-1' found").
 #[derive(Debug, Parser)]
-#[command(version, about, args_conflicts_with_subcommands = true)]
+#[command(
+    version,
+    about,
+    args_conflicts_with_subcommands = true,
+    allow_negative_numbers = true,
+    after_help = EXIT_CODES
+)]
 struct Cli {
     #[command(flatten)]
     config: Config,
@@ -201,8 +222,8 @@ async fn run(cli: Cli) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         // A TLS flag's file is unusable: a usage error, as clap's are.
-        // So is a metrics address that cannot be bound.
-        Err(e) if e.is::<BadTlsInput>() || e.is::<MetricsBindError>() => {
+        // So is an address that cannot be bound, gRPC's or the metrics'.
+        Err(e) if e.is::<BadTlsInput>() || e.is::<MetricsBindError>() || e.is::<ListenError>() => {
             tracing::error!("{e}");
             ExitCode::from(2)
         }

@@ -4,8 +4,10 @@
 //!
 //! - `no_deadline`: GetQuote at a fixed rate (`--rate` calls/s for
 //!   `--phase-secs`) with no deadline on the wire. Every call waits out the
-//!   delay: the calls pile up on the server (rate × delay in flight) and the
-//!   client's p99 is the delay.
+//!   delay, or the server's default deadline (`routing-server
+//!   --default-deadline-secs`, 30 s) if that is shorter: the calls pile up
+//!   on the server (rate × the shorter in flight) and the client's p99 is
+//!   the shorter of the two.
 //! - `endpoint_timeout`: the same, on a channel with
 //!   `Endpoint::timeout(--deadline-ms)`. tonic enforces it in the client
 //!   alone: no `grpc-timeout` is sent (`grpc_timeout_on_wire`, measured by

@@ -1,4 +1,4 @@
-//! The attacks of issues 6, 14 and 23, each bounded in count and time, each against the
+//! The attacks of issues 6, 14, 23 and 43, each bounded in count and time, each against the
 //! one loopback target only, and the one-line report every attack prints.
 //!
 //! Every attack runs between a [`Monitor`] (server RSS and CPU from `/proc`,
@@ -9,8 +9,10 @@
 pub mod bigframes;
 pub mod conn_flood;
 pub mod contenttype;
+pub mod deadlines;
 pub mod lockout;
 pub mod madeyoureset;
+pub mod metricsidle;
 pub mod pingflood;
 pub mod reconnect;
 pub mod slowbody;
@@ -74,10 +76,16 @@ pub enum Attack {
     Reconnect,
     /// Many clients completing TLS handshakes as fast as they can (issue 22; TLS only).
     Tlsflood,
+    /// Malformed `grpc-timeout` values (issue 43).
+    Badtimeout,
+    /// Calls that bring no deadline, held against a slow server (issue 43).
+    Nodeadline,
+    /// Half-requests holding the metrics port while scrapes are tried (issue 43).
+    Metricsidle,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 13] = [
+    pub const ALL: [Attack; 16] = [
         Attack::Stall,
         Attack::Madeyoureset,
         Attack::Fdflood,
@@ -91,6 +99,9 @@ impl Attack {
         Attack::Lockout,
         Attack::Reconnect,
         Attack::Tlsflood,
+        Attack::Badtimeout,
+        Attack::Nodeadline,
+        Attack::Metricsidle,
     ];
 
     pub fn name(self) -> &'static str {
@@ -108,6 +119,9 @@ impl Attack {
             Attack::Lockout => "lockout",
             Attack::Reconnect => "reconnect",
             Attack::Tlsflood => "tlsflood",
+            Attack::Badtimeout => "badtimeout",
+            Attack::Nodeadline => "nodeadline",
+            Attack::Metricsidle => "metricsidle",
         }
     }
 
@@ -270,6 +284,27 @@ pub struct Knobs {
     #[arg(long)]
     pub tlsflood_resume: bool,
 
+    /// nodeadline: GetQuote calls without a deadline, 100 per connection (start the
+    /// server with --fault-delay-ms 60000 so that they wait).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub nodeadline_calls: u32,
+    /// nodeadline: seconds they are held (the server's default deadline is 30 s).
+    #[arg(long, default_value_t = 35, value_parser = clap::value_parser!(u64).range(1..=120))]
+    pub nodeadline_hold_secs: u64,
+
+    /// metricsidle: the server's metrics host:port (loopback only); without it the attack is skipped.
+    #[arg(long)]
+    pub metrics_target: Option<LoopbackTarget>,
+    /// metricsidle: sockets that each send half a request line, reopened when closed.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=2_000))]
+    pub metricsidle_conns: u32,
+    /// metricsidle: seconds the attack lasts.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub metricsidle_secs: u64,
+    /// metricsidle: sockets opened at most, over all of them.
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub metricsidle_max_opens: u64,
+
     /// End an attack early once the server's RSS has grown by this many MiB (local servers only).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..=65_536))]
     pub rss_guard_mib: u64,
@@ -428,6 +463,9 @@ pub async fn run(attack: Attack, ctx: &Context) -> Result<Report, Error> {
         Attack::Lockout => lockout::run(ctx).await,
         Attack::Reconnect => reconnect::run(ctx).await,
         Attack::Tlsflood => tlsflood::run(ctx).await,
+        Attack::Badtimeout => deadlines::badtimeout(ctx).await,
+        Attack::Nodeadline => deadlines::nodeadline(ctx).await,
+        Attack::Metricsidle => metricsidle::run(ctx).await,
     };
     let secs = started.elapsed().as_secs_f64();
     let probe = probe.stop().await;

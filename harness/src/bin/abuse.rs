@@ -61,7 +61,7 @@ use harness::{
 #[command(
     version,
     about = "Run bounded attacks against a gRPC server on loopback; one JSON line per attack",
-    after_help = "ATTACKS: all, stall, madeyoureset, fdflood, nopreface, slowbody, contenttype, pingflood, bigframes, wuflood, tcpstall, lockout, reconnect, tlsflood (with --tls-ca; `all` leaves it out without)"
+    after_help = "ATTACKS: all, stall, madeyoureset, fdflood, nopreface, slowbody, contenttype, pingflood, bigframes, wuflood, tcpstall, lockout, reconnect, tlsflood (with --tls-ca; `all` leaves it out without), badtimeout, nodeadline, metricsidle (with --metrics-target)"
 )]
 struct Args {
     /// The server: host:port, loopback only (127.0.0.0/8 or [::1]).

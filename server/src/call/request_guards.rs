@@ -7,7 +7,13 @@
 //! - A request body must be complete within the request deadline, and the
 //!   bytes of partly received requests are charged to the request budget.
 //! - A client's own deadline (`grpc-timeout`) ends the call when it passes:
-//!   the client gets `DEADLINE_EXCEEDED` and the handler is dropped.
+//!   the client gets `DEADLINE_EXCEEDED` and the handler is dropped. A
+//!   malformed `grpc-timeout` (not 1 to 8 ASCII digits and one of `H M S m
+//!   u n`) gets `INTERNAL` "malformed grpc-timeout ..." before any handler
+//!   runs, as grpc-go answers it.
+//! - A call that brought no `grpc-timeout` gets the server's default
+//!   deadline (`--default-deadline-secs`, [`crate::knobs::DEFAULT_DEADLINE`])
+//!   the same way; a deadline the client sent, longer or shorter, wins.
 //!
 //! What a large response carries until it is sent is the other half of the
 //! per-call guards, [`crate::call::response_hold`].
@@ -34,6 +40,8 @@ use crate::call::budget::ByteBudget;
 pub struct EdgeConfig {
     pub request_budget: Arc<ByteBudget>,
     pub request_deadline: Duration,
+    /// The deadline of a call that brought none (`None`: no bound).
+    pub default_deadline: Option<Duration>,
 }
 
 /// Wraps the whole server (see [`EdgeLayer`]).
@@ -88,8 +96,17 @@ where
         if !content_type.is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc")) {
             return EdgeFuture::Answer(Some(unsupported_media_type(content_type)));
         }
-        let deadline = grpc_timeout(req.headers())
-            .map(|timeout| (timeout, Box::pin(tokio::time::sleep(timeout))));
+        let deadline = match grpc_timeout(req.headers()) {
+            Ok(Some(timeout)) => Some(CallDeadline::Client(timeout)),
+            Ok(None) => self
+                .config
+                .default_deadline
+                .map(CallDeadline::ServerDefault),
+            Err(malformed) => {
+                return EdgeFuture::Answer(Some(Status::internal(malformed.0).into_http()));
+            }
+        }
+        .map(|deadline| (deadline, Box::pin(tokio::time::sleep(deadline.duration()))));
         let req = req.map(|body| Body::new(GuardedRequest::new(body, &self.config)));
         EdgeFuture::Call {
             inner: self.inner.call(req),
@@ -105,9 +122,39 @@ pub enum EdgeFuture<F> {
     Answer(Option<http::Response<Body>>),
     Call {
         inner: F,
-        /// The client's `grpc-timeout`, and the timer armed with it.
-        deadline: Option<(Duration, Pin<Box<Sleep>>)>,
+        /// The call's deadline, and the timer armed with it.
+        deadline: Option<(CallDeadline, Pin<Box<Sleep>>)>,
     },
+}
+
+/// Where a call's deadline came from.
+#[derive(Debug, Clone, Copy)]
+pub enum CallDeadline {
+    /// The client's `grpc-timeout`.
+    Client(Duration),
+    /// The call brought none: the server's `--default-deadline-secs`.
+    ServerDefault(Duration),
+}
+
+impl CallDeadline {
+    fn duration(self) -> Duration {
+        match self {
+            Self::Client(d) | Self::ServerDefault(d) => d,
+        }
+    }
+
+    /// The `DEADLINE_EXCEEDED` message: says whose deadline it was.
+    fn passed(self) -> String {
+        match self {
+            Self::Client(timeout) => {
+                format!("the call's deadline (grpc-timeout {timeout:?}) passed on the server")
+            }
+            Self::ServerDefault(bound) => format!(
+                "the call brought no deadline (grpc-timeout) and ran past the server's default of {} s (--default-deadline-secs)",
+                bound.as_secs()
+            ),
+        }
+    }
 }
 
 impl<F, E> Future for EdgeFuture<F>
@@ -126,11 +173,9 @@ where
                 if let Poll::Ready(answer) = Pin::new(inner).poll(cx) {
                     return Poll::Ready(answer);
                 }
-                if let Some((timeout, timer)) = deadline {
+                if let Some((deadline, timer)) = deadline {
                     ready!(timer.as_mut().poll(cx));
-                    let status = Status::deadline_exceeded(format!(
-                        "the call's deadline (grpc-timeout {timeout:?}) passed on the server"
-                    ));
+                    let status = Status::deadline_exceeded(deadline.passed());
                     return Poll::Ready(Ok(status.into_http()));
                 }
                 Poll::Pending
@@ -139,25 +184,57 @@ where
     }
 }
 
-/// The client's deadline from the `grpc-timeout` header: at most 8 digits and
-/// a unit (`H`, `M`, `S`, `m`, `u` or `n`), as the gRPC-over-HTTP/2 spec
-/// says. A missing or malformed header means no deadline, as in grpc-go.
-pub fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get("grpc-timeout")?.as_bytes();
-    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+/// A `grpc-timeout` that is not 1 to 8 ASCII digits and a unit; the
+/// message the client gets with `INTERNAL`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MalformedTimeout(pub String);
+
+/// The most of a malformed value the message quotes: 16 bytes.
+const SHOWN_VALUE_MAX: usize = 16;
+
+/// The client's deadline from the `grpc-timeout` header: 1 to 8 ASCII
+/// digits and a unit (`H`, `M`, `S`, `m`, `u` or `n`), as the
+/// gRPC-over-HTTP/2 spec says. No header: `Ok(None)`. Anything else is
+/// an error, which grpc-go answers with `INTERNAL` "malformed
+/// grpc-timeout" before the handler runs, and so does [`Edge`].
+pub fn grpc_timeout(headers: &HeaderMap) -> Result<Option<Duration>, MalformedTimeout> {
+    let Some(value) = headers.get("grpc-timeout") else {
+        return Ok(None);
+    };
+    let value = value.as_bytes();
+    let malformed = || {
+        let shown = match std::str::from_utf8(value) {
+            Ok(text)
+                if text.len() <= SHOWN_VALUE_MAX
+                    && text.bytes().all(|b| b.is_ascii_graphic() || b == b' ') =>
+            {
+                format!("{text:?}")
+            }
+            _ => format!("({} bytes)", value.len()),
+        };
+        MalformedTimeout(format!(
+            "malformed grpc-timeout {shown}: expected 1 to 8 ASCII digits and a unit (H, M, S, m, u or n)"
+        ))
+    };
+    let Some((unit, digits)) = value.split_last() else {
+        return Err(malformed());
+    };
     if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
+        return Err(malformed());
     }
-    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
-    Some(match unit {
-        b"H" => Duration::from_secs(n * 3600),
-        b"M" => Duration::from_secs(n * 60),
-        b"S" => Duration::from_secs(n),
-        b"m" => Duration::from_millis(n),
-        b"u" => Duration::from_micros(n),
-        b"n" => Duration::from_nanos(n),
-        _ => return None,
-    })
+    // At most 8 digits: always fits, and at most 99,999,999 hours fits a Duration.
+    let n = digits
+        .iter()
+        .fold(0u64, |n, digit| n * 10 + u64::from(digit - b'0'));
+    Ok(Some(match *unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return Err(malformed()),
+    }))
 }
 
 /// HTTP 415 with the gRPC status grpc-go sends (INVALID_ARGUMENT), so a
@@ -286,41 +363,68 @@ where
 mod tests {
     use super::*;
 
-    fn timeout_of(value: &'static str) -> Option<Duration> {
+    fn timeout_of(value: &str) -> Result<Option<Duration>, MalformedTimeout> {
         let mut headers = HeaderMap::new();
-        headers.insert("grpc-timeout", HeaderValue::from_static(value));
+        headers.insert(
+            "grpc-timeout",
+            HeaderValue::from_str(value).expect("a valid header value"),
+        );
         grpc_timeout(&headers)
     }
 
     #[test]
     fn grpc_timeout_units() {
-        assert_eq!(timeout_of("2H"), Some(Duration::from_secs(7200)));
-        assert_eq!(timeout_of("3M"), Some(Duration::from_secs(180)));
-        assert_eq!(timeout_of("20S"), Some(Duration::from_secs(20)));
-        assert_eq!(timeout_of("300m"), Some(Duration::from_millis(300)));
+        let ok = |d| Ok(Some(d));
+        assert_eq!(timeout_of("2H"), ok(Duration::from_secs(7200)));
+        assert_eq!(timeout_of("3M"), ok(Duration::from_secs(180)));
+        assert_eq!(timeout_of("20S"), ok(Duration::from_secs(20)));
+        assert_eq!(timeout_of("300m"), ok(Duration::from_millis(300)));
         assert_eq!(
             timeout_of("99999999u"),
-            Some(Duration::from_micros(99_999_999))
+            ok(Duration::from_micros(99_999_999))
         );
-        assert_eq!(timeout_of("1n"), Some(Duration::from_nanos(1)));
+        assert_eq!(timeout_of("1n"), ok(Duration::from_nanos(1)));
+        assert_eq!(
+            timeout_of("99999999H"),
+            ok(Duration::from_secs(99_999_999 * 3600))
+        );
+        assert_eq!(grpc_timeout(&HeaderMap::new()), Ok(None));
     }
 
-    /// Malformed values mean "no deadline", never an error or a panic.
+    /// Every value the spec does not allow is an error that quotes it
+    /// (short, printable) or gives its length (anything else).
     #[test]
-    fn malformed_grpc_timeouts_are_ignored() {
+    fn malformed_grpc_timeouts_are_errors_that_show_the_value() {
+        let long = "1".repeat(1024) + "S";
         for bad in [
             "",
             "S",
+            "5",
             "10",
+            "100000000H",
             "123456789S",
+            "-5S",
             "-1S",
+            "+5S",
             "1.5S",
             "10s",
+            "5X",
+            " 5S",
+            "5S ",
             "10 S",
             "1D",
+            long.as_str(),
         ] {
-            assert_eq!(timeout_of(bad), None, "{bad:?}");
+            let Err(MalformedTimeout(message)) = timeout_of(bad) else {
+                panic!("{bad:?} was accepted");
+            };
+            assert!(message.starts_with("malformed grpc-timeout "), "{message}");
+            let shown = if bad.len() <= SHOWN_VALUE_MAX {
+                format!("{bad:?}")
+            } else {
+                format!("({} bytes)", bad.len())
+            };
+            assert!(message.contains(&shown), "{bad:?}: {message}");
         }
-        assert_eq!(grpc_timeout(&HeaderMap::new()), None);
     }
 }

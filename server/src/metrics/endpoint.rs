@@ -2,32 +2,63 @@
 //! its own port (`--metrics-listen`), never the gRPC port.
 //!
 //! - any other path gets 404, any other method on `/metrics` 405;
-//! - at most [`METRICS_MAX_CONNECTIONS`] connections at once (more are
-//!   closed at once), headers within [`METRICS_HEADER_TIMEOUT`], and no
-//!   connection lives past [`METRICS_CONNECTION_LIFETIME`]: an unknown
-//!   path, a request with a body or a slow reader costs this listener's
-//!   slots and nothing of the gRPC port's budgets, and a request's body is
-//!   never read;
-//! - HTTP/1.1 through hyper, as Prometheus scrapes.
+//! - HTTP/1.1 through hyper, as Prometheus scrapes; a request's body is
+//!   never read.
+//!
+//! # Slots: idle sockets cannot lock it
+//!
+//! At most [`METRICS_MAX_CONNECTIONS`] connections hold a slot. When all
+//! are taken and another arrives, the connection that has waited longest
+//! for a request (half a request line, or a keep-alive between scrapes)
+//! is closed and the newcomer takes its slot ([`crate::metrics::slots`]);
+//! a connection that is answering keeps its slot, and only when all are
+//! answering is the newcomer refused. Then a request's headers must arrive
+//! within [`METRICS_HEADER_TIMEOUT`], and no connection lives past
+//! [`METRICS_CONNECTION_LIFETIME`].
+//!
+//! Why this design rather than more slots or a shorter timeout alone: any
+//! fixed number of slots is filled by that many idle sockets, and any
+//! timeout is outlasted by an attacker who reopens each socket as it is
+//! closed. Closing the oldest waiting connection when a newcomer arrives
+//! (as nginx and Go's `net/http` reuse idle connections first) gives a
+//! fresh scrape its slot at once, whatever idle sockets are open, while
+//! memory stays bounded by the slots. Every connection closed or refused
+//! is counted in `routing_server_metrics_connections_dropped_total{reason}`
+//! and summed in one warning at most every [`METRICS_DROP_LOG_INTERVAL`].
 //!
 //! It runs on the runtime that accepts gRPC connections, so it needs no
-//! thread of its own; [`serve`] also moves histogram values into their
-//! buckets every [`METRICS_UPKEEP_INTERVAL`].
+//! thread of its own, and costs nothing of the gRPC port's budgets;
+//! [`serve`] also moves histogram values into their buckets every
+//! [`METRICS_UPKEEP_INTERVAL`].
 
-use std::{convert::Infallible, io, net::SocketAddr, sync::Arc};
+use std::{
+    convert::Infallible,
+    io,
+    net::SocketAddr,
+    pin::Pin,
+    sync::{Arc, Mutex, PoisonError},
+    task::{Context, Poll},
+    time::Instant,
+};
 
 use bytes::Bytes;
 use http::{Method, Response, StatusCode, header};
+use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::{server::conn::http1, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::{net::TcpListener, sync::Semaphore};
+use metrics::Counter;
+use tokio::net::TcpListener;
 
 use crate::knobs::{
-    METRICS_CONNECTION_LIFETIME, METRICS_HEADER_TIMEOUT, METRICS_MAX_CONNECTIONS,
-    METRICS_UPKEEP_INTERVAL,
+    METRICS_CONNECTION_LIFETIME, METRICS_DROP_LOG_INTERVAL, METRICS_HEADER_TIMEOUT,
+    METRICS_MAX_CONNECTIONS, METRICS_UPKEEP_INTERVAL,
 };
-use crate::metrics::Metrics;
+use crate::metrics::{
+    Metrics,
+    registry::Registry,
+    slots::{Admission, Answering, Slots},
+};
 
 /// The path Prometheus scrapes.
 pub const PATH: &str = "/metrics";
@@ -64,7 +95,8 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, MetricsBindError> {
 
 /// Serves `metrics` on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
-    let slots = Arc::new(Semaphore::new(METRICS_MAX_CONNECTIONS));
+    let slots = Slots::new(METRICS_MAX_CONNECTIONS);
+    let dropped = Arc::new(Dropped::new(metrics.registry()));
     let mut upkeep = tokio::time::interval(METRICS_UPKEEP_INTERVAL);
     upkeep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -84,29 +116,158 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
                 }
             },
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            tracing::debug!(%peer, "metrics listener: {METRICS_MAX_CONNECTIONS} connections open, closing a new one");
-            continue;
+        let slot = match slots.admit() {
+            Admission::Admitted(slot) => slot,
+            Admission::AdmittedByClosingIdle(slot) => {
+                dropped.note(Reason::ClosedIdle);
+                slot
+            }
+            Admission::Full => {
+                dropped.note(Reason::RefusedFull);
+                continue; // the stream is dropped: closed
+            }
         };
         let metrics = Arc::clone(&metrics);
+        let dropped = Arc::clone(&dropped);
         tokio::spawn(async move {
+            let marker = slot.marker();
             let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                let response = answer(request.method(), request.uri().path(), &metrics);
+                let answering = marker.answering();
+                let response = answer(request.method(), request.uri().path(), &metrics)
+                    .map(|body| AnswerBody { body, answering });
                 async move { Ok::<_, Infallible>(response) }
             });
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(METRICS_HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service);
-            match tokio::time::timeout(METRICS_CONNECTION_LIFETIME, connection).await {
+            let ended = tokio::select! {
+                served = tokio::time::timeout(METRICS_CONNECTION_LIFETIME, connection) => served,
+                // A newcomer took this slot (counted when it did).
+                () = slot.close.notified() => Ok(Ok(())),
+            };
+            match ended {
                 Ok(Ok(())) => {}
+                Ok(Err(e)) if e.is_timeout() => dropped.note(Reason::HeaderTimeout),
                 Ok(Err(e)) => tracing::debug!(%peer, "metrics connection: {e}"),
-                Err(_) => {
-                    tracing::debug!(%peer, "metrics connection closed after {METRICS_CONNECTION_LIFETIME:?}")
-                }
+                Err(_) => dropped.note(Reason::Lifetime),
             }
             drop(slot);
         });
+    }
+}
+
+/// Why the listener closed or refused a connection: the `reason` label.
+#[derive(Debug, Clone, Copy)]
+enum Reason {
+    /// Every slot was taken; this one had waited longest for a request.
+    ClosedIdle,
+    /// Every slot was answering: the new connection was closed at once.
+    RefusedFull,
+    /// Its request's headers did not arrive within the header timeout.
+    HeaderTimeout,
+    /// It lived for the whole connection lifetime.
+    Lifetime,
+}
+
+impl Reason {
+    const ALL: [Self; 4] = [
+        Self::ClosedIdle,
+        Self::RefusedFull,
+        Self::HeaderTimeout,
+        Self::Lifetime,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::ClosedIdle => "closed_idle",
+            Self::RefusedFull => "refused_full",
+            Self::HeaderTimeout => "header_timeout",
+            Self::Lifetime => "lifetime",
+        }
+    }
+}
+
+/// Connections the listener dropped: a counter per reason, and a warning
+/// at most every [`METRICS_DROP_LOG_INTERVAL`] with the counts since the
+/// last one (a flood of idle sockets must not flood the log).
+struct Dropped {
+    counters: [Counter; 4],
+    /// When the last warning was logged, and what was dropped since.
+    log: Mutex<(Option<Instant>, [u64; 4])>,
+}
+
+impl Dropped {
+    fn new(registry: Option<&Registry>) -> Self {
+        let counter = |reason: Reason| {
+            match registry {
+            Some(registry) => registry.counter(
+                "routing_server_metrics_connections_dropped_total",
+                &[("reason", reason.label())],
+                "Metrics connections closed or refused by the metrics listener: closed_idle (a newcomer took the slot of the one that had waited longest for a request), refused_full (every slot answering), header_timeout, lifetime",
+            ),
+            None => Counter::noop(),
+        }
+        };
+        Self {
+            counters: Reason::ALL.map(counter),
+            log: Mutex::new((None, [0; 4])),
+        }
+    }
+
+    fn note(&self, reason: Reason) {
+        self.counters[reason as usize].increment(1);
+        let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        let (last, since) = &mut *log;
+        since[reason as usize] += 1;
+        if last.is_some_and(|at| at.elapsed() < METRICS_DROP_LOG_INTERVAL) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let counts = std::mem::take(since);
+        let [closed_idle, refused_full, header_timeout, lifetime] = counts;
+        tracing::warn!(
+            closed_idle,
+            refused_full,
+            header_timeout,
+            lifetime,
+            "metrics listener: connections dropped since the last such line (at most one every {METRICS_DROP_LOG_INTERVAL:?}); see routing_server_metrics_connections_dropped_total"
+        );
+    }
+}
+
+/// A response body that keeps its connection's slot answering until hyper
+/// has written it and drops it.
+struct AnswerBody {
+    body: Full<Bytes>,
+    answering: Answering,
+}
+
+impl HttpBody for AnswerBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl std::fmt::Debug for AnswerBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnswerBody")
+            .field("answering", &self.answering)
+            .finish_non_exhaustive()
     }
 }
 

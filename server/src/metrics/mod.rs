@@ -12,6 +12,7 @@ pub mod connection;
 pub mod endpoint;
 pub mod message_bytes;
 pub mod registry;
+pub mod slots;
 
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -79,15 +79,31 @@ pub fn bind_with_backlog(addr: SocketAddr, config: &Config) -> Result<TcpListene
         .map_err(|e| cannot_listen(addr, e))
 }
 
-/// The error for a socket that cannot listen on `addr`; when the port is
-/// taken, it says how to choose another.
-fn cannot_listen(addr: SocketAddr, e: io::Error) -> Error {
-    let hint = if e.kind() == io::ErrorKind::AddrInUse {
-        ": another process listens there; choose another address with --listen HOST:PORT or ROUTING_LISTEN"
-    } else {
-        ""
-    };
-    format!("cannot listen on {addr}: {e}{hint}").into()
+/// The gRPC address could not be bound (taken, not this host's, no
+/// permission): a configuration error, so `routing-server` exits 2, as for
+/// `--metrics-listen` and clap's own errors.
+#[derive(Debug)]
+pub struct ListenError {
+    pub addr: SocketAddr,
+    pub source: io::Error,
+}
+
+impl std::fmt::Display for ListenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot listen on {}: {}", self.addr, self.source)?;
+        // When the port is taken, say how to choose another.
+        if self.source.kind() == io::ErrorKind::AddrInUse {
+            f.write_str(": another process listens there; choose another address with --listen HOST:PORT or ROUTING_LISTEN")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ListenError {}
+
+/// The error for a socket that cannot listen on `addr`.
+fn cannot_listen(addr: SocketAddr, source: io::Error) -> Error {
+    Box::new(ListenError { addr, source })
 }
 
 #[cfg(test)]

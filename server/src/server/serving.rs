@@ -176,6 +176,7 @@ pub async fn run_with(
         let edge = EdgeLayer::new(EdgeConfig {
             request_budget: Arc::clone(&request_budget),
             request_deadline: config.request_deadline(),
+            default_deadline: config.default_deadline(),
         })
         .layer(services);
         // Outermost, so a call is recorded with the status the client gets,
