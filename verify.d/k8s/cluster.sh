@@ -340,6 +340,9 @@ down() {
   # kube-proxy's chains: it removes them itself with --cleanup.
   if [[ -x $K8S_BIN_DIR/kube-proxy ]]; then "$K8S_BIN_DIR/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
   stop_pid kubelet
+  # The kubelet's canary chains, which it watches to see its rules flushed.
+  local table
+  for table in mangle nat filter; do iptables -t "$table" -X KUBE-KUBELET-CANARY 2>/dev/null || true; done
   # Any container still running: its task, then its container.
   if [[ -S $S/containerd/containerd.sock ]]; then
     local id
