@@ -340,9 +340,6 @@ down() {
   # kube-proxy's chains: it removes them itself with --cleanup.
   if [[ -x $K8S_BIN_DIR/kube-proxy ]]; then "$K8S_BIN_DIR/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
   stop_pid kubelet
-  # The kubelet's canary chains, which it watches to see its rules flushed.
-  local table
-  for table in mangle nat filter; do iptables -t "$table" -X KUBE-KUBELET-CANARY 2>/dev/null || true; done
   # Any container still running: its task, then its container.
   if [[ -S $S/containerd/containerd.sock ]]; then
     local id
@@ -371,6 +368,12 @@ down() {
     grep -qxF "$m" "$S/netns-before" 2>/dev/null || ip netns delete "$(basename "$m")" 2>/dev/null || true
   done
   ip link delete "$BRIDGE" 2>/dev/null || true
+  # Every KUBE-* chain and every rule that jumps to one (kube-proxy's
+  # --cleanup leaves its KUBE-FIREWALL, the kubelet its canaries): the
+  # rules as they are, less those lines, restored in one go.
+  if iptables-save | grep -q -- 'KUBE-'; then
+    iptables-save | grep -v -- 'KUBE-' | iptables-restore || say "could not remove the KUBE-* iptables rules"
+  fi
   rm -rf "$S"
   say "down"
 }
