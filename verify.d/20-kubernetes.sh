@@ -126,7 +126,7 @@ k8s_fresh() {
 calls_by_pod() { per_pod "sum by (pod) (grpc_server_call_duration_seconds_count{grpc_method=\"$GET_QUOTE\"})"; }
 # shares BEFORE AFTER: {"pod": share of the calls between the two snapshots}.
 shares() {
-  jqn --argjson a "$1" --argjson b "$2" \
+  jqn -c --argjson a "$1" --argjson b "$2" \
     '($b | to_entries | map({key, value: (.value - ($a[.key] // 0))}) | map(select(.value > 0))) as $d
      | ($d | map(.value) | add // 0) as $t | $d | map({key, value: (if $t > 0 then .value / $t else 0 end)}) | from_entries'
 }
