@@ -25,6 +25,8 @@
 //!   timeout) that wraps a connection, with grpc-go's presets.
 //! - [`link_proxy`]: `routing-link`'s core, a TCP proxy through one link.
 //! - [`relay`]: a loopback TCP relay that can go silent, to play a dead peer.
+//! - [`dns_balance`]: a client-side balancer that re-resolves a DNS name
+//!   (a Kubernetes headless Service) and feeds tonic's `balance_channel`.
 //! - [`tls`]: `--tls-ca` and `--tls-server-name`: TLS inside the counting
 //!   connector, with the version and resumed handshakes for the JSON line.
 //! - [`header_probe`]: a loopback HTTP/2 server that records whether a
@@ -42,6 +44,7 @@
 
 pub mod baseline;
 pub mod catalog;
+pub mod dns_balance;
 pub mod header_probe;
 pub mod link;
 pub mod link_proxy;

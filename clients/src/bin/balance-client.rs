@@ -17,6 +17,12 @@
 //!   A call that meets a GOAWAY before it leaves the client is sent again
 //!   on the next connection (`retried`, see `routing_clients::retry`):
 //!   tonic has no transparent retry of its own.
+//! - `dns`: tonic's balancer fed by a name resolved again and again
+//!   (`--resolve dns:///HOST:PORT`, a Kubernetes headless Service; see
+//!   `routing_clients::dns_balance`), calling `--dns-rate` calls a second
+//!   for `--dns-secs`. Pods that join the answer get calls after the next
+//!   resolve (every `--resolve-interval-secs`, and soon after a call fails
+//!   to reach one); pods that leave it stop getting them. No restart.
 //! - `l4_idle`, `l7_idle`: the keepalive experiment through balancers with
 //!   short idle timeouts (6 s in `lb/haproxy.cfg`): a call, an idle gap
 //!   (`--idle-gap-secs`, 8), a call, on a channel with the chapter's 5 s
@@ -41,6 +47,22 @@
 //!     --l7 haproxy:9281 --replicas replica:9000 --phases l4_pooled,l7_pooled,client_side
 //! ```
 //!
+//! In a Kubernetes Job (the replicas run with `ROUTING_REPLICA_HOSTNAME=true`, so each
+//! pod names itself), scaled from 3 to 4 while it runs:
+//!
+//! ```console
+//! $ balance-client --phases dns --resolve dns:///routing-headless.routing.svc.cluster.local:9180 \
+//!     --dns-secs 90 --dns-rate 50 --expect-replicas 4
+//! dns t=10s endpoints=3 per_replica={"routing-7d9f-2xk4p":168,...}      (stderr, every --report-secs)
+//! {"client":"balance","phases":{"dns":{"calls":4500,"failed":0,"per_replica":{...},"min_share":0.12,
+//!   "first_served_s":{"routing-7d9f-x8c1m":41.3,...},"started_unix_s":1796412345.2,
+//!   "resolver":{"resolves":10,"early":0,"kept":0,"inserted":4,"removed":0,"endpoints":[...]},...}}}
+//! ```
+//!
+//! `first_served_s` is when each replica served its first call, in seconds
+//! after `started_unix_s`: for the new pod, compare it with the time the pod
+//! turned Ready.
+//!
 //! In compose, `--replicas replica:9000` is one name for three containers:
 //! each name is resolved once, and tonic's balancer gets one endpoint per
 //! address.
@@ -56,8 +78,10 @@ use std::{
 
 use clap::{CommandFactory, Parser, error::ErrorKind};
 use routing_clients::{
-    Baseline, CallTimer, CountingConnector, Error, finish, init_tracing, retry,
-    sample_quote_request, seconds, target::Target,
+    Baseline, CallTimer, CountingConnector, Error,
+    dns_balance::{self, DnsBalance, DnsName, Knobs},
+    finish, init_tracing, retry, sample_quote_request, seconds,
+    target::Target,
 };
 use routing_contracts::{REPLICA_HEADER, routing::routing_service_client::RoutingServiceClient};
 use serde::Serialize;
@@ -84,6 +108,8 @@ enum Phase {
     ClientSide,
     /// One channel through L4 to aging replicas (--l4-aged), for --aged-secs.
     L4Aged,
+    /// tonic's balancer over a re-resolved DNS name (--resolve), for --dns-secs.
+    Dns,
     /// Idle gap through L4 with a short timeout (--l4-short).
     L4Idle,
     /// Idle gap through L7 with a short timeout (--l7-short).
@@ -138,6 +164,24 @@ struct Args {
     /// timeline, instead of --calls calls (for the figure: pooled vs aged).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=600))]
     pooled_secs: Option<u64>,
+    /// The name the dns phase resolves again and again: dns:///HOST:PORT or
+    /// HOST:PORT, e.g. a headless Service's
+    /// dns:///routing-headless.routing.svc.cluster.local:9180.
+    #[arg(long)]
+    resolve: Option<String>,
+    /// Seconds the dns phase calls for.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    dns_secs: u64,
+    /// Calls a second in the dns phase, one at a time (fewer if calls are slow).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    dns_rate: u32,
+    /// Seconds between two resolves of --resolve when no call fails
+    /// (routing_clients::dns_balance::RESOLVE_INTERVAL says why 10).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=300))]
+    resolve_interval_secs: u64,
+    /// Seconds between two progress lines of the dns phase on stderr (0: none).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    report_secs: u64,
     /// Seconds the idle phases stay idle between their two calls.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(0..=600))]
     idle_gap_secs: u64,
@@ -174,6 +218,15 @@ struct Spread {
     /// [second, replica, calls] (timed phases only): the figure's data.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     timeline: Vec<(u64, String, u32)>,
+    /// When each replica served its first call, in seconds after
+    /// `started_unix_s` (dns phase).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    first_served_s: BTreeMap<String, f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    started_unix_s: Option<f64>,
+    /// What the re-resolving balancer did (dns phase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resolver: Option<dns_balance::Stats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     first_error: Option<String>,
     total_s: f64,
@@ -235,6 +288,7 @@ fn check_addresses(args: &Args) -> Result<(), String> {
             Phase::L4Aged => args.l4_aged.is_none().then_some("--l4-aged"),
             Phase::L4Idle => args.l4_short.is_none().then_some("--l4-short"),
             Phase::L7Idle => args.l7_short.is_none().then_some("--l7-short"),
+            Phase::Dns => args.resolve.is_none().then_some("--resolve"),
             Phase::L4Pooled | Phase::L4Footgun => None,
         };
         if let Some(flag) = missing {
@@ -259,6 +313,7 @@ async fn run(args: Args) -> Result<Report, Error> {
                 PhaseReport::Spread(pooled(&args, &endpoint, None).await?)
             }
             Phase::ClientSide => PhaseReport::Spread(client_side(&args).await?),
+            Phase::Dns => PhaseReport::Spread(dns(&args).await?),
             Phase::L4Aged => {
                 let endpoint = endpoint_of(&args, args.l4_aged.as_ref())?;
                 let calling = Duration::from_secs(args.aged_secs);
@@ -445,6 +500,68 @@ async fn client_side(args: &Args) -> Result<Spread, Error> {
         tally.record(retry::sample_quote(&client).await);
     }
     Ok(tally.finish(false))
+}
+
+/// tonic's balancer fed by `--resolve`, re-resolved as it calls: paced
+/// calls for `--dns-secs`, with a progress line on stderr every
+/// `--report-secs`.
+async fn dns(args: &Args) -> Result<Spread, Error> {
+    let target = args
+        .resolve
+        .as_deref()
+        .ok_or("--resolve checked in check_addresses")?;
+    let name = DnsName::from_system_conf(target).map_err(|e| format!("--resolve {target}: {e}"))?;
+    let knobs = Knobs {
+        interval: Duration::from_secs(args.resolve_interval_secs),
+        ..Knobs::default()
+    };
+    let baseline = args.baseline.clone();
+    let endpoint_for =
+        move |addr: std::net::SocketAddr| baseline.endpoint_at(format!("http://{addr}"));
+    let (channel, balance) = DnsBalance::start(name, endpoint_for, knobs)
+        .await
+        .map_err(|e| format!("--resolve {target}: {e}"))?;
+    let client = RoutingServiceClient::new(channel);
+    let started_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(seconds)
+        .ok();
+    let mut tally = Tally::new(args.expect_replicas);
+    let mut first_served_s = BTreeMap::new();
+    let mut pace = tokio::time::interval(Duration::from_secs(1) / args.dns_rate);
+    pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let calling = Duration::from_secs(args.dns_secs);
+    let report_every = Duration::from_secs(args.report_secs);
+    let mut next_report = report_every;
+    while tally.started.elapsed() < calling {
+        pace.tick().await;
+        let answer = retry::transparent::call(|| {
+            let mut client = client.clone();
+            async move { client.get_quote(sample_quote_request()).await }
+        })
+        .await;
+        tally.record(answer);
+        let now = tally.started.elapsed();
+        for replica in tally.spread.per_replica.keys() {
+            if !first_served_s.contains_key(replica) {
+                first_served_s.insert(replica.clone(), seconds(now));
+            }
+        }
+        if !report_every.is_zero() && now >= next_report {
+            next_report += report_every;
+            let per_replica = serde_json::to_string(&tally.spread.per_replica)?;
+            let held = balance.stats().endpoints.len();
+            eprintln!(
+                "dns t={}s endpoints={held} per_replica={per_replica}",
+                now.as_secs()
+            );
+        }
+    }
+    let mut spread = tally.finish(false);
+    spread.first_served_s = first_served_s;
+    spread.started_unix_s = started_unix_s;
+    spread.resolver = Some(balance.stats());
+    Ok(spread)
 }
 
 /// Both channels of the idle experiment, side by side.
