@@ -274,6 +274,43 @@ async fn an_empty_first_answer_is_an_error() {
         Ok(Endpoint::from_shared(format!("http://{addr}"))?)
     };
     let outcome = DnsBalance::start(Scripted::answering(&[]), endpoint_for, FAST).await;
-    let error = outcome.err().expect("an empty first answer fails");
+    let error = outcome.expect_err("an empty first answer fails");
     assert!(error.to_string().contains("no address"), "{error}");
+}
+
+/// `balance-client --phases dns` end to end: one JSON line with the calls
+/// per replica and what the resolver did.
+#[tokio::test]
+async fn balance_client_dns_phase_prints_per_replica_counts() {
+    // Given two replicas and a name (here an address literal) for one,
+    let servers = replicas(&["a", "b"]).await;
+    let target = format!("dns:///{}", servers[0].addr());
+    // when the client calls through the dns phase for a second,
+    let output = support::run_bin(
+        env!("CARGO_BIN_EXE_balance-client"),
+        &[
+            "--phases",
+            "dns",
+            "--resolve",
+            &target,
+            "--dns-secs",
+            "1",
+            "--dns-rate",
+            "20",
+            "--expect-replicas",
+            "1",
+            "--report-secs",
+            "0",
+        ],
+        support::LIMIT,
+    )
+    .await;
+    // then every call went to the one replica the name gives.
+    let line = support::json_line(&output);
+    let dns = &line["phases"]["dns"];
+    assert!(dns["calls"].as_u64().is_some_and(|n| n > 0), "{line}");
+    assert_eq!(dns["failed"], 0, "{line}");
+    assert_eq!(dns["per_replica"]["a"], dns["calls"], "{line}");
+    assert_eq!(dns["resolver"]["inserted"], 1, "{line}");
+    assert!(dns["first_served_s"]["a"].is_number(), "{line}");
 }
