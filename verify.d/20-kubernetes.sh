@@ -307,7 +307,7 @@ kubernetes_dns_rows() {
   deadline=$((SECONDS + K8S_NEW_POD_S + 30))
   while ((SECONDS < deadline)); do
     n=$(calls_by_pod)
-    new_pod=$(jqn --argjson a "$mid" --argjson b "$n" -r '[$b | to_entries[] | select(($a | has(.key) | not) and .value > 0) | .key][0] // empty')
+    new_pod=$(jqn --argjson a "$mid" --argjson b "$n" -r '[$b | to_entries[] | select(.key as $k | ($a | has($k) | not) and .value > 0) | .key][0] // empty')
     if [[ -n $new_pod ]]; then waited=$((SECONDS - t0)); break; fi
     sleep 1
   done
