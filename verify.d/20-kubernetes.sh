@@ -345,15 +345,19 @@ kubernetes_rollout_rows() {
   # closes its listener (its own log line, stamped by the container runtime).
   pod=$(kc get pods -l app.kubernetes.io/name=routing-server --field-selector=status.phase=Running -o jsonpath='{.items[0].metadata.name}')
   ip=$(kc get pod "$pod" -o jsonpath='{.status.podIP}')
-  kubectl "${kube_args[@]}" -n "$K8S_NAMESPACE" get endpointslices -l kubernetes.io/service-name=routing --watch -o \
-    jsonpath='{range .endpoints[*]}{.addresses[0]}={.conditions.ready} {end}{"\n"}' 2>/dev/null |
-    while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done >"$scratch/k8s_endpoints.log" &
+  # -o json, not jsonpath: kubectl 1.32's watch ends at the first event
+  # with a jsonpath template. Under `timeout`, which leads a process group
+  # of its own: one kill stops kubectl, jq and the loop together.
+  timeout "$K8S_READY_S" bash -c 'kubectl "$@" get endpointslices -l kubernetes.io/service-name=routing --watch -o json 2>/dev/null |
+      jq --unbuffered -r "[.endpoints[]? | \"\\(.addresses[0])=\\(.conditions.ready)\"] | join(\" \")" |
+      while IFS= read -r line; do printf "%s %s\n" "$(date +%s.%N)" "$line"; done' \
+    _ "${kube_args[@]}" -n "$K8S_NAMESPACE" >"$scratch/k8s_endpoints.log" &
   local watch_pid=$!
-  kubectl "${kube_args[@]}" -n "$K8S_NAMESPACE" logs -f --timestamps "$pod" >"$scratch/k8s_drain.log" 2>&1 &
+  timeout "$K8S_READY_S" kubectl "${kube_args[@]}" -n "$K8S_NAMESPACE" logs -f --timestamps "$pod" >"$scratch/k8s_drain.log" 2>&1 &
   local logs_pid=$!
   sleep 2
   kc delete pod "$pod" --wait=true --timeout="${K8S_READY_S}s" >&2 || true
-  kill "$watch_pid" "$logs_pid" 2>/dev/null || true
+  kill -TERM -- "-$watch_pid" "-$logs_pid" 2>/dev/null || true
   wait "$watch_pid" "$logs_pid" 2>/dev/null || true
   # The first event in which the address is not ready, or gone.
   ep_t=$(awk -v ip="$ip" 'NR > 1 && index($0, ip "=true") == 0 { print $1; exit }' "$scratch/k8s_endpoints.log")
