@@ -130,6 +130,19 @@ shares() {
     '($b | to_entries | map({key, value: (.value - ($a[.key] // 0))}) | map(select(.value > 0))) as $d
      | ($d | map(.value) | add // 0) as $t | $d | map({key, value: (if $t > 0 then .value / $t else 0 end)}) | from_entries'
 }
+# job_shares NAME: runs Job NAME, and leaves the pods' GetQuote counts
+# before and after it in $before and $after, and each pod's share of the
+# calls between them in $sh.
+job_shares() {
+  before=$(calls_by_pod)
+  apply_file "$1"
+  job_wait "$1"
+  k8s_fresh 3
+  after=$(calls_by_pod)
+  sh=$(shares "$before" "$after")
+}
+# pct SHARE: a share as a percentage with one decimal.
+pct() { jqn --argjson t "${1:-0}" '$t * 1000 | round / 10'; }
 # failed_calls: GetQuote calls that ended other than OK, on any pod, ever
 # (pods that are gone included: their series stay in Prometheus).
 failed_calls() {
@@ -198,7 +211,7 @@ k8s_stop() {
 
 # ─── The rows ────────────────────────────────────────────────────────────────
 kubernetes_rows() {
-  local before after sh top min n dry pods new_pod t0 t_new ep_t listen_t pod ip codes ok_count count
+  local before after sh top min n dry pods count
   k8s_start
 
   # k0: the manifests, against the API server's own validation first. A
@@ -233,20 +246,15 @@ kubernetes_rows() {
   kc delete pod cpu-limit-2 --wait=false >&2
 
   # k3: one pooled channel through the ClusterIP Service.
-  before=$(calls_by_pod)
-  apply_file pinned-client
-  job_wait pinned-client
-  k8s_fresh 3
-  after=$(calls_by_pod)
-  sh=$(shares "$before" "$after")
+  job_shares pinned-client
   top=$(jq -r '[.[]] | max // 0' <<<"$sh")
-  check "k3 ClusterIP, one channel: one pod" "busiest pod $(jqn --argjson t "$top" '$t * 1000 | round / 10')% $sh" \
+  check "k3 ClusterIP, one channel: one pod" "busiest pod $(pct "$top")% $sh" \
     ">= $(jqn "$K8S_PINNED_SHARE * 100")%" "$(jqn --argjson t "$top" --argjson k "$K8S_PINNED_SHARE" '$t >= $k')" pinned-client
   n=$(jqn --argjson a "$before" --argjson b "$after" '[$b | to_entries[] | .value - ($a[.key] // 0)] | add // 0')
   count=$(field pinned-client '.phases.l4_pooled.calls - .phases.l4_pooled.failed')
   check "k3 the pods' A66 counts sum to the calls" "$n" "$count (the client's OK calls)" \
     "$([[ -n $count && $n == "$count" ]] && echo true)" pinned-client
-  note "ClusterIP, one channel (calls per pod)" "$(jq -c '[.[]]' <<<"$(jqn --argjson a "$before" --argjson b "$after" '$b | with_entries(.value -= ($a[.key] // 0))')")"
+  note "ClusterIP, one channel (calls per pod)" "$(jqn -c --argjson a "$before" --argjson b "$after" '$b | with_entries(.value -= ($a[.key] // 0)) | with_entries(select(.value > 0))')"
 
   # k4/k5: headless Service and the re-resolving balancer, then a fourth pod.
   kubernetes_dns_rows
@@ -258,16 +266,11 @@ kubernetes_rows() {
   capture k8s_age kc set env deployment/routing ROUTING_MAX_CONNECTION_AGE_SECS=3 ROUTING_MAX_CONNECTION_AGE_GRACE_SECS=2
   kc rollout status deployment/routing --timeout="${K8S_READY_S}s" >&2 || { k8s_log >&2; die "the rollout to connection age did not finish"; }
   k8s_fresh 3
-  before=$(calls_by_pod)
   n=$(failed_calls)
-  apply_file aged-client
-  job_wait aged-client
-  k8s_fresh 3
-  after=$(calls_by_pod)
-  sh=$(shares "$before" "$after")
+  job_shares aged-client
   pods=$(jq 'length' <<<"$sh")
   min=$(jq -r '[.[]] | min // 0' <<<"$sh")
-  check "k8 ClusterIP + connection age: every pod" "$pods pods, smallest share $(jqn --argjson t "$min" '$t * 1000 | round / 10')%" \
+  check "k8 ClusterIP + connection age: every pod" "$pods pods, smallest share $(pct "$min")%" \
     "3 pods" "$([[ $pods == 3 ]] && echo true)" aged-client
   count=$(field aged-client '.phases.l4_aged.failed')
   after=$(failed_calls)
@@ -294,7 +297,7 @@ kubernetes_dns_rows() {
   sh=$(shares "$before" "$mid")
   pods=$(jq 'length' <<<"$sh")
   min=$(jq -r '[.[]] | min // 0' <<<"$sh")
-  check "k4 headless + re-resolving balancer" "$pods pods, smallest share $(jqn --argjson t "$min" '$t * 1000 | round / 10')%" \
+  check "k4 headless + re-resolving balancer" "$pods pods, smallest share $(pct "$min")%" \
     "3 pods, each >= $(jqn "$K8S_SPREAD_SHARE * 100")%" \
     "$([[ $pods == 3 ]] && jqn --argjson t "$min" --argjson k "$K8S_SPREAD_SHARE" '$t >= $k')" dns-client
   note "headless + balancer (share per pod)" "$sh"
@@ -321,7 +324,7 @@ kubernetes_dns_rows() {
 }
 
 kubernetes_rollout_rows() {
-  local failed_before failed_after codes ok_count count pod ip ep_t listen_t deadline line
+  local failed_before failed_after codes ok_count count pod ip ep_t listen_t line
   failed_before=$(failed_calls)
   apply_file steady-load
   kc wait --for=condition=Ready pod -l job-name=steady-load --timeout="${K8S_READY_S}s" >&2 || true
