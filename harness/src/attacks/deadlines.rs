@@ -13,12 +13,12 @@ use std::{sync::LazyLock, time::Duration};
 
 use h2_peer::{
     grpc,
-    h2client::{CallEnd, ReceiveWindows, await_end},
+    h2client::{ReceiveWindows, await_end},
 };
 use serde::Serialize;
 use tokio::{task::JoinSet, time::Instant};
 
-use super::{Context, Findings, Tally, describe_tally, median_secs};
+use super::{Context, Findings, Tally, describe_tally};
 use crate::Error;
 
 /// 1 KiB of digits and a unit: far past the 8 digits the spec allows.
@@ -159,28 +159,12 @@ pub async fn nodeadline(ctx: &Context) -> Result<Findings, Error> {
         hold_s: hold.as_secs(),
         ..Default::default()
     };
-    let mut end_times = Vec::new();
-    while let Some(joined) = connections.join_next().await {
-        match joined {
-            Ok(Ok((results, not_opened))) => {
-                held.not_opened += not_opened;
-                for (end, after) in results {
-                    *held.ends.entry(end.label()).or_default() += 1;
-                    if !matches!(end, CallEnd::Pending) {
-                        end_times.push(after);
-                    }
-                }
-            }
-            Ok(Err(e)) => {
-                held.first_error.get_or_insert_with(|| e.to_string());
-            }
-            Err(e) => {
-                held.first_error.get_or_insert_with(|| e.to_string());
-            }
-        }
-    }
-    held.end_last_s = end_times.iter().max().copied().map(super::secs);
-    held.end_median_s = median_secs(end_times);
+    let gathered = super::gather_ends(&mut connections).await;
+    held.ends = gathered.ends;
+    held.not_opened = gathered.not_opened;
+    held.first_error = gathered.first_error;
+    held.end_median_s = gathered.end_median_s;
+    held.end_last_s = gathered.end_last_s;
     let pending = held.ends.get("pending").copied().unwrap_or(0);
     let mut outcome = format!(
         "{} calls without a deadline: {} still open after {}s",

@@ -683,6 +683,53 @@ pub async fn join_unless_tripped<T: 'static>(
     guard_tripped
 }
 
+/// How the calls of a held-calls attack (`slowbody`, `nodeadline`) ended:
+/// each call's end, the calls a connection could not open, the first error,
+/// and when the calls that did end ended.
+#[derive(Debug, Default)]
+pub struct HeldEnds {
+    pub ends: Tally,
+    pub not_opened: u32,
+    pub first_error: Option<String>,
+    pub end_median_s: Option<f64>,
+    pub end_last_s: Option<f64>,
+}
+
+/// What one connection task of a held-calls attack returns: its calls'
+/// ends, with how long each took, and how many calls it could not open.
+pub type ConnectionEnds<E> = Result<(Vec<(h2_peer::h2client::CallEnd, Duration)>, u32), E>;
+
+/// Joins every connection task of a held-calls attack; each returns its
+/// calls' ends (with how long each took) and how many it could not open.
+pub async fn gather_ends<E: std::fmt::Display + 'static>(
+    connections: &mut JoinSet<ConnectionEnds<E>>,
+) -> HeldEnds {
+    let mut held = HeldEnds::default();
+    let mut end_times = Vec::new();
+    while let Some(joined) = connections.join_next().await {
+        match joined {
+            Ok(Ok((results, not_opened))) => {
+                held.not_opened += not_opened;
+                for (end, after) in results {
+                    *held.ends.entry(end.label()).or_default() += 1;
+                    if !matches!(end, h2_peer::h2client::CallEnd::Pending) {
+                        end_times.push(after);
+                    }
+                }
+            }
+            Ok(Err(e)) => {
+                held.first_error.get_or_insert_with(|| e.to_string());
+            }
+            Err(e) => {
+                held.first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+    held.end_last_s = end_times.iter().max().copied().map(secs);
+    held.end_median_s = median_secs(end_times);
+    held
+}
+
 /// After a raw attack's last frame, how long to keep reading for the
 /// server's last answers (acks, resets, a GOAWAY): 2 s.
 pub const LINGER: Duration = Duration::from_secs(2);

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use h2_peer::{
     grpc,
-    h2client::{CallEnd, ReceiveWindows, await_end, unfinished_message},
+    h2client::{ReceiveWindows, await_end, unfinished_message},
 };
 use serde::Serialize;
 use tokio::{task::JoinSet, time::Instant};
 
-use super::{Context, Findings, Tally, describe_tally, median_secs};
+use super::{Context, Findings, Tally, describe_tally};
 use crate::Error;
 
 /// The message length each prefix announces: 1 KiB under the default 4 MiB
@@ -98,28 +98,12 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
         bytes_sent_each: sent,
         ..Default::default()
     };
-    let mut end_times = Vec::new();
-    while let Some(joined) = connections.join_next().await {
-        match joined {
-            Ok(Ok((results, not_opened))) => {
-                details.not_opened += not_opened;
-                for (end, after) in results {
-                    *details.ends.entry(end.label()).or_default() += 1;
-                    if !matches!(end, CallEnd::Pending) {
-                        end_times.push(after);
-                    }
-                }
-            }
-            Ok(Err(e)) => {
-                details.first_error.get_or_insert_with(|| e.to_string());
-            }
-            Err(e) => {
-                details.first_error.get_or_insert_with(|| e.to_string());
-            }
-        }
-    }
-    details.end_last_s = end_times.iter().max().copied().map(super::secs);
-    details.end_median_s = median_secs(end_times);
+    let gathered = super::gather_ends(&mut connections).await;
+    details.ends = gathered.ends;
+    details.not_opened = gathered.not_opened;
+    details.first_error = gathered.first_error;
+    details.end_median_s = gathered.end_median_s;
+    details.end_last_s = gathered.end_last_s;
     let pending = details.ends.get("pending").copied().unwrap_or(0);
     let mut outcome = format!(
         "{} unfinished ~4 MiB bodies: {} still open after {}s",
