@@ -39,7 +39,7 @@ use routing_server::metrics::{
     a66::{CallMetrics, CallMetricsLayer, MeteredRequest},
     endpoint,
 };
-use routing_server::server::serving::SERVED_METHODS;
+use routing_server::server::{listen, serving::SERVED_METHODS};
 use routing_server::{knobs, routing::catalog::Catalog, routing::quote, server::Error};
 use tokio::net::TcpListener;
 use tonic::{
@@ -220,7 +220,7 @@ async fn main() -> ExitCode {
     };
     // Metrics: the A66 layer's handles, served at /metrics on their own port.
     let metrics = match args.metrics_listen {
-        Some(addr) => match endpoint::bind(addr).await {
+        Some(addr) => match listen::bind_metrics(addr, None) {
             Ok(listener) => {
                 let metrics = Arc::new(Metrics::per_call(&SERVED_METHODS));
                 tokio::spawn(endpoint::serve(listener, Arc::clone(&metrics)));

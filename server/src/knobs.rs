@@ -601,14 +601,28 @@ pub const MAX_CONNECTION_AGE_JITTER: f64 = 0.1;
 /// --local, the harness, `bench folklore`) never fight over one port.
 pub const METRICS_PORT: u16 = 9464;
 
-/// Connections the metrics listener serves at once: 8. A Prometheus keeps
-/// one per server, and a person with `curl` one more. When all 8 are taken,
+/// Connections the metrics listener serves at once: 64. A Prometheus keeps
+/// one per server, and a person with `curl` one more. When all are taken,
 /// a new connection closes the one that has waited longest for a request
 /// (see [`crate::metrics::endpoint`]), so idle sockets cannot keep a scrape
-/// out; it is refused only when all 8 are answering. The cap keeps a flood
-/// on the metrics port from costing the gRPC port anything (its own
-/// connection cap and budgets are not touched).
-pub const METRICS_MAX_CONNECTIONS: usize = 8;
+/// out; it is refused only when all are answering. Why 64, not 8: under a
+/// flood of idle sockets that reconnect as they are closed, every newcomer
+/// closes one waiting connection, so a scrape has as many arrivals as
+/// there are slots to have its request read; 64 is 8 times the margin.
+/// The cost is bounded: a waiting slot holds at most
+/// [`METRICS_MAX_REQUEST_BYTES`] of buffer, and 64 idle sockets added
+/// about 1 MiB of RSS in `abuse metricsidle` (docs/hardening.md). The cap
+/// keeps a flood on the metrics port from costing the gRPC port anything
+/// (its own connection cap and budgets are not touched).
+pub const METRICS_MAX_CONNECTIONS: usize = 64;
+
+/// The most a metrics connection buffers of a request: 8 KiB, hyper's
+/// smallest read buffer (`max_buf_size`); a longer head gets 431 and the
+/// connection is closed. Prometheus's scrape request is about 300 bytes,
+/// curl's under 100. hyper's own limit is about 400 KiB, which over
+/// [`METRICS_MAX_CONNECTIONS`] slots would let idle sockets pin 25 MiB;
+/// at 8 KiB they pin at most 512 KiB. Unit: bytes.
+pub const METRICS_MAX_REQUEST_BYTES: usize = 8 * 1024;
 
 /// A metrics request's headers must arrive within this: 2 s, then the
 /// connection is closed (hyper's `header_read_timeout`). Prometheus and

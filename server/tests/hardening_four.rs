@@ -20,13 +20,16 @@ use std::{
 use h2_frames::{flag, kind};
 use h2_peer::{grpc, raw::RawConn};
 use http_body_util::BodyExt;
-use routing_server::{Config, LocalServer};
+use routing_server::{
+    Config, LocalServer,
+    knobs::{METRICS_MAX_CONNECTIONS, METRICS_MAX_REQUEST_BYTES},
+};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
 
-use support::{GET_QUOTE, grpc_request, raw_h2};
+use support::{GET_QUOTE, grpc_request, http_get, metrics_addr, raw_h2};
 
 /// Long enough for anything that should happen on loopback, and far
 /// shorter than the handler's injected delay below.
@@ -53,33 +56,9 @@ async fn slow_server_with_metrics(default_deadline_secs: u64, delay_ms: u64) -> 
     .await
 }
 
-fn metrics_addr(server: &LocalServer) -> SocketAddr {
-    server
-        .metrics_url()
-        .expect("metrics are on")
-        .trim_start_matches("http://")
-        .trim_end_matches("/metrics")
-        .parse()
-        .expect("an address")
-}
-
-/// A scrape over HTTP/1.0: the status code and the body.
+/// A scrape: the status code (0 for an empty reply) and the body.
 async fn scrape(addr: SocketAddr) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.expect("connects");
-    let request = format!("GET /metrics HTTP/1.0\r\nhost: {addr}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("writes");
-    let mut answer = String::new();
-    tokio::time::timeout(BOUND, stream.read_to_string(&mut answer))
-        .await
-        .expect("answers in time")
-        .expect("reads");
-    let code = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0); // an empty reply
-    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (code, body.to_owned())
+    http_get(addr, "GET", "/metrics").await
 }
 
 /// The value of the sample `name{labels}`, or 0 if it is not there yet.
@@ -352,7 +331,7 @@ fn ports_in_use_exit_2_and_help_lists_exit_codes() {
 /// come (and are closed in turn), and each closing is counted.
 #[tokio::test]
 async fn idle_half_requests_cannot_keep_a_scrape_out() {
-    // Given: a server with metrics, and 8 half-requests holding its slots.
+    // Given: a server with metrics, and half-requests holding every slot.
     let server = slow_server_with_metrics(0, 0).await;
     let addr = metrics_addr(&server);
     let half_request = |addr| async move {
@@ -361,12 +340,12 @@ async fn idle_half_requests_cannot_keep_a_scrape_out() {
         stream
     };
     let mut idle = Vec::new();
-    for _ in 0..8 {
+    for _ in 0..METRICS_MAX_CONNECTIONS {
         idle.push(half_request(addr).await);
     }
     // When: a scrape arrives. Then: it is answered.
     let (code, _) = scrape(addr).await;
-    assert_eq!(code, 200, "a scrape behind 8 half-requests");
+    assert_eq!(code, 200, "a scrape behind a half-request in every slot");
     // When: 200 more half-requests come, with a scrape every 20.
     for round in 0..10 {
         for _ in 0..20 {
@@ -376,8 +355,9 @@ async fn idle_half_requests_cannot_keep_a_scrape_out() {
         assert_eq!(code, 200, "round {round}");
     }
     // Then: the oldest were closed (read sees the end), and counted: of
-    // 208 half-requests at most 8 hold a slot, so 200 or more were closed,
-    // for a newcomer or by the header timeout.
+    // the slots' worth and 200 more half-requests, at most one per slot
+    // holds it, so 200 or more were closed, for a newcomer or by the
+    // header timeout.
     let mut byte = [0u8; 1];
     let read = tokio::time::timeout(BOUND, idle[0].read(&mut byte))
         .await
@@ -392,4 +372,29 @@ async fn idle_half_requests_cannot_keep_a_scrape_out() {
     };
     let closed = dropped("closed_idle") + dropped("header_timeout");
     assert!(dropped("closed_idle") > 0.0 && closed >= 200.0, "{text}");
+}
+
+/// Given a metrics request whose head outgrows the buffer a slot may hold
+/// (`METRICS_MAX_REQUEST_BYTES`), the listener answers 431 and closes,
+/// rather than buffering on; a scrape after it is answered.
+#[tokio::test]
+async fn a_request_head_over_the_buffer_gets_431() {
+    let server = slow_server_with_metrics(0, 0).await;
+    let addr = metrics_addr(&server);
+    let mut stream = TcpStream::connect(addr).await.expect("connects");
+    let long = "a".repeat(METRICS_MAX_REQUEST_BYTES + 1);
+    let request = format!("GET /metrics HTTP/1.1\r\nhost: {addr}\r\nx-long: {long}\r\n\r\n");
+    // The server may close before it has read all of it: a failed write
+    // is fine, the answer is what counts.
+    let _ = stream.write_all(request.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(BOUND, stream.read_to_end(&mut answer))
+        .await
+        .expect("closed in time");
+    assert!(
+        answer.starts_with(b"HTTP/1.1 431"),
+        "{:?}",
+        String::from_utf8_lossy(&answer[..answer.len().min(40)])
+    );
+    assert_eq!(scrape(addr).await.0, 200);
 }

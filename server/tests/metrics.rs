@@ -18,8 +18,7 @@ use h2_peer::{
 };
 use routing_contracts::routing::GetQuoteRequest;
 use routing_server::{Config, LocalServer};
-use support::{GET_QUOTE, LIST_ROUTES, start_with};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::{GET_QUOTE, LIST_ROUTES, http_get, metrics_addr, start_with};
 
 const BOUND: Duration = Duration::from_secs(10);
 const GRPC: &str = "application/grpc";
@@ -35,35 +34,8 @@ async fn with_metrics() -> LocalServer {
     .await
 }
 
-/// `GET path` over HTTP/1.0 (the server closes after answering): the
-/// status line's code and the body.
-async fn http_get(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("connects");
-    let request = format!("{method} {path} HTTP/1.0\r\nhost: {addr}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("writes");
-    let mut answer = String::new();
-    tokio::time::timeout(BOUND, stream.read_to_string(&mut answer))
-        .await
-        .expect("answers in time")
-        .expect("reads");
-    let code = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("a status line");
-    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (code, body.to_owned())
-}
-
 async fn scrape(server: &LocalServer) -> String {
-    let url = server.metrics_url().expect("metrics are on");
-    let addr: SocketAddr = url
-        .trim_start_matches("http://")
-        .trim_end_matches("/metrics")
-        .parse()
-        .expect("an address");
+    let addr = metrics_addr(server);
     let (code, body) = http_get(addr, "GET", "/metrics").await;
     assert_eq!(code, 200, "{body}");
     body

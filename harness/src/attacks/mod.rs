@@ -42,7 +42,7 @@ use crate::{
     Error,
     measure::{
         monitor::{Monitor, ServerProcess, Usage},
-        probe::{Probe, ProbeSummary},
+        probe::{Probe, ProbeCall, ProbeSummary},
     },
     target::LoopbackTarget,
 };
@@ -103,6 +103,15 @@ impl Attack {
         Attack::Nodeadline,
         Attack::Metricsidle,
     ];
+
+    /// What the probe calls during this attack: GetQuote, except against
+    /// `nodeadline`'s server, whose every GetQuote waits on purpose.
+    fn probe_call(self) -> ProbeCall {
+        match self {
+            Attack::Nodeadline => ProbeCall::Health,
+            _ => ProbeCall::GetQuote,
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -444,7 +453,7 @@ pub struct Report {
 /// Runs one attack between a monitor and a probe, and builds its line.
 pub async fn run(attack: Attack, ctx: &Context) -> Result<Report, Error> {
     let (knobs, server) = (&ctx.knobs, &ctx.server);
-    let probe = start_probe(ctx).await?;
+    let probe = start_probe(ctx, attack.probe_call()).await?;
     let monitor = Monitor::start(server, knobs.rss_guard_mib * 1024 * 1024);
     let started = Instant::now();
     tracing::info!(attack = attack.name(), target = %ctx.target, "attack starts");
@@ -474,11 +483,12 @@ pub async fn run(attack: Attack, ctx: &Context) -> Result<Report, Error> {
     Ok(report(attack, ctx, server, findings, usage, probe, secs))
 }
 
-async fn start_probe(ctx: &Context) -> Result<Probe, Error> {
+async fn start_probe(ctx: &Context, call: ProbeCall) -> Result<Probe, Error> {
     let limit = Duration::from_secs(ctx.knobs.recovery_secs);
     let started = Instant::now();
     loop {
-        match Probe::start(
+        match Probe::start_calling(
+            call,
             &ctx.target,
             ctx.tls.as_ref(),
             ctx.knobs.probe_rate,
@@ -497,12 +507,12 @@ async fn start_probe(ctx: &Context) -> Result<Probe, Error> {
                 return Ok(probe);
             }
             Err(e) if started.elapsed() < limit => {
-                tracing::info!("waiting for the server to serve GetQuote: {e}");
+                tracing::info!("waiting for the server to serve {call:?}: {e}");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => {
                 return Err(
-                    format!("the server did not serve GetQuote within {limit:?}: {e}").into(),
+                    format!("the server did not serve {call:?} within {limit:?}: {e}").into(),
                 );
             }
         }

@@ -14,6 +14,7 @@ use tokio::{
     time::Instant,
 };
 use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 use crate::{Error, measure::latency::Latencies, target::LoopbackTarget};
 
@@ -59,17 +60,43 @@ pub async fn connect_over(
     }
 }
 
-/// A channel that has answered one GetQuote, so that measured calls find a
+/// What the probe calls: GetQuote, or the health check when GetQuote is
+/// slow on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeCall {
+    /// The contract's call, as any client of the service makes it.
+    GetQuote,
+    /// `grpc.health.v1.Health/Check`: for a server started with
+    /// `--fault-delay-ms` (`abuse nodeadline`), whose every GetQuote waits
+    /// on purpose, so that the probe still says whether the server answers
+    /// other calls. Every server of the contract serves it.
+    Health,
+}
+
+impl ProbeCall {
+    async fn once(self, channel: Channel) -> Result<(), tonic::Status> {
+        match self {
+            Self::GetQuote => get_quote(channel).await,
+            Self::Health => HealthClient::new(channel)
+                .check(HealthCheckRequest::default())
+                .await
+                .map(drop),
+        }
+    }
+}
+
+/// A channel that has answered one `call`, so that measured calls find a
 /// warm connection.
 async fn warm_channel(
     target: &LoopbackTarget,
     tls: Option<&HarnessTls>,
     deadline: Duration,
+    call: ProbeCall,
 ) -> Result<Channel, Error> {
     let channel = connect_over(target, tls, deadline, Duration::from_secs(5)).await?;
-    get_quote(channel.clone())
+    call.once(channel.clone())
         .await
-        .map_err(|s| format!("probe GetQuote failed before the attack: {s}"))?;
+        .map_err(|s| format!("probe {call:?} failed before the attack: {s}"))?;
     Ok(channel)
 }
 
@@ -78,6 +105,7 @@ async fn warm_channel(
 /// flight.
 async fn call_until_stopped(
     channels: Vec<Channel>,
+    call: ProbeCall,
     rate: u32,
     mut stopped: watch::Receiver<bool>,
     record: Arc<Mutex<Record>>,
@@ -95,7 +123,7 @@ async fn call_until_stopped(
         let (channel, record) = (channel.clone(), record.clone());
         calls.spawn(async move {
             let started = Instant::now();
-            let result = get_quote(channel).await;
+            let result = call.once(channel).await;
             let mut record = record.lock().await;
             record.latencies.push(started.elapsed());
             if let Err(status) = result {
@@ -171,6 +199,26 @@ impl Probe {
         deadline: Duration,
         connections: usize,
     ) -> Result<Self, Error> {
+        Self::start_calling(
+            ProbeCall::GetQuote,
+            target,
+            tls,
+            rate,
+            deadline,
+            connections,
+        )
+        .await
+    }
+
+    /// [`Probe::start`], making `call` instead of GetQuote.
+    pub async fn start_calling(
+        call: ProbeCall,
+        target: &LoopbackTarget,
+        tls: Option<&HarnessTls>,
+        rate: u32,
+        deadline: Duration,
+        connections: usize,
+    ) -> Result<Self, Error> {
         let tls = tls.cloned();
         let record = Arc::new(Mutex::new(Record::default()));
         let (stop, stopped) = watch::channel(false);
@@ -186,7 +234,7 @@ impl Probe {
                 runtime.block_on(async move {
                     let mut channels = Vec::new();
                     for _ in 0..connections.max(1) {
-                        match warm_channel(&target, tls.as_ref(), deadline).await {
+                        match warm_channel(&target, tls.as_ref(), deadline, call).await {
                             Ok(channel) => channels.push(channel),
                             Err(e) => {
                                 let _ = ready_tx.send(Err(e.to_string()));
@@ -195,7 +243,7 @@ impl Probe {
                         }
                     }
                     let _ = ready_tx.send(Ok(()));
-                    call_until_stopped(channels, rate, stopped, calls_record).await;
+                    call_until_stopped(channels, call, rate, stopped, calls_record).await;
                 });
                 let _ = finished_tx.send(());
             })?;

@@ -22,9 +22,15 @@
 //! closed. Closing the oldest waiting connection when a newcomer arrives
 //! (as nginx and Go's `net/http` reuse idle connections first) gives a
 //! fresh scrape its slot at once, whatever idle sockets are open, while
-//! memory stays bounded by the slots. Every connection closed or refused
-//! is counted in `routing_server_metrics_connections_dropped_total{reason}`
-//! and summed in one warning at most every [`METRICS_DROP_LOG_INTERVAL`].
+//! memory stays bounded by the slots and [`METRICS_MAX_REQUEST_BYTES`].
+//! Two more things make it hold under thousands of reconnects a second:
+//! the accept loop yields after each newcomer, so the newcomer reads its
+//! request before the next one can close it, and the listener has the
+//! gRPC port's listen backlog (`somaxconn`), so a scrape's SYN is not
+//! dropped behind the reconnecting sockets (a dropped SYN waits 1 s).
+//! Every connection closed or refused is counted in
+//! `routing_server_metrics_connections_dropped_total{reason}` and summed in
+//! one warning at most every [`METRICS_DROP_LOG_INTERVAL`].
 //!
 //! It runs on the runtime that accepts gRPC connections, so it needs no
 //! thread of its own, and costs nothing of the gRPC port's budgets;
@@ -52,7 +58,7 @@ use tokio::net::TcpListener;
 
 use crate::knobs::{
     METRICS_CONNECTION_LIFETIME, METRICS_DROP_LOG_INTERVAL, METRICS_HEADER_TIMEOUT,
-    METRICS_MAX_CONNECTIONS, METRICS_UPKEEP_INTERVAL,
+    METRICS_MAX_CONNECTIONS, METRICS_MAX_REQUEST_BYTES, METRICS_UPKEEP_INTERVAL,
 };
 use crate::metrics::{
     Metrics,
@@ -67,7 +73,8 @@ pub const PATH: &str = "/metrics";
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The metrics address could not be bound: a usage error (exit 2), with
-/// the address in its message.
+/// the address in its message. The server layer binds it
+/// (`server::listen::bind_metrics`), with the gRPC port's listen backlog.
 #[derive(Debug)]
 pub struct MetricsBindError {
     pub addr: SocketAddr,
@@ -85,13 +92,6 @@ impl std::fmt::Display for MetricsBindError {
 }
 
 impl std::error::Error for MetricsBindError {}
-
-/// Binds the metrics address.
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, MetricsBindError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| MetricsBindError { addr, source })
-}
 
 /// Serves `metrics` on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
@@ -140,6 +140,7 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(METRICS_HEADER_TIMEOUT)
+                .max_buf_size(METRICS_MAX_REQUEST_BYTES)
                 .serve_connection(TokioIo::new(stream), service);
             let ended = tokio::select! {
                 served = tokio::time::timeout(METRICS_CONNECTION_LIFETIME, connection) => served,
@@ -154,6 +155,13 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
             }
             drop(slot);
         });
+        // Let the newcomer read its request before the next accept: a
+        // scrape's request is in its socket already, and once hyper has
+        // read it the connection is answering and keeps its slot. Without
+        // this, tokio lets this loop accept up to a budget of sockets in a
+        // row, and under a flood of reconnecting idle sockets each of them
+        // evicts one waiting connection before any has read a byte.
+        tokio::task::yield_now().await;
     }
 }
 

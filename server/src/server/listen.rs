@@ -15,6 +15,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 
 use crate::knobs::{Config, LISTEN_BACKLOG_FALLBACK, SOMAXCONN_PATH};
+use crate::metrics::endpoint::MetricsBindError;
 use crate::server::error::Error;
 
 /// The backlog to ask for: `configured` if set, otherwise the kernel's
@@ -104,6 +105,21 @@ impl std::error::Error for ListenError {}
 /// The error for a socket that cannot listen on `addr`.
 fn cannot_listen(addr: SocketAddr, source: io::Error) -> Error {
     Box::new(ListenError { addr, source })
+}
+
+/// Binds `--metrics-listen` with the same backlog as the gRPC port
+/// (`configured`, else `somaxconn`; see [`backlog`]). The metrics port
+/// needs it as much: under a flood of idle sockets, each reconnecting as
+/// the listener closes it, thousands of connects wait in its queue, and
+/// with tokio's 1,024 the kernel dropped a scrape's SYN, which then waited
+/// a second for its retransmission (docs/hardening.md, `metricsidle`).
+pub fn bind_metrics(
+    addr: SocketAddr,
+    configured: Option<u32>,
+) -> Result<TcpListener, MetricsBindError> {
+    bind_std(addr, backlog(configured))
+        .and_then(TcpListener::from_std)
+        .map_err(|source| MetricsBindError { addr, source })
 }
 
 #[cfg(test)]

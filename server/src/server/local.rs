@@ -8,7 +8,7 @@ use tokio::{sync::oneshot, task::JoinHandle};
 use crate::knobs::Config;
 use crate::metrics::endpoint;
 use crate::server::error::Error;
-use crate::server::listen::bind_with_backlog;
+use crate::server::listen::{bind_metrics, bind_with_backlog};
 use crate::server::serving::run_with;
 
 /// A server running in the background on a free loopback port. Integration
@@ -32,7 +32,7 @@ impl LocalServer {
         let listener = bind_with_backlog(loopback, &config)?;
         let addr = listener.local_addr()?;
         let metrics_listener = match config.metrics_listen {
-            Some(_) => Some(endpoint::bind(loopback).await?),
+            Some(_) => Some(bind_metrics(loopback, config.listen_backlog)?),
             None => None,
         };
         let metrics_addr = match &metrics_listener {

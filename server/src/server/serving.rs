@@ -42,7 +42,7 @@ use crate::{
     routing::faults::Faults,
     routing::service::{RoutingApi, RoutingServer},
     server::error::Error,
-    server::{accept, fd_limit, workers, workers::Live, workers::Workers},
+    server::{accept, fd_limit, listen, workers, workers::Live, workers::Workers},
 };
 
 /// The routing service with the chapter's message caps and compression.
@@ -112,7 +112,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     let metrics_listener = match config.metrics_listen {
-        Some(addr) => Some(endpoint::bind(addr).await?),
+        Some(addr) => Some(listen::bind_metrics(addr, config.listen_backlog)?),
         None => None,
     };
     run_with(listener, metrics_listener, config, shutdown).await

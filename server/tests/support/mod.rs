@@ -294,3 +294,38 @@ pub fn assert_calm(goaway: Option<GoAway>, rule: &str) -> GoAway {
     assert_eq!(goaway.debug_text(), rule);
     goaway
 }
+
+/// Where `server` serves `GET /metrics` (it must have metrics on).
+pub fn metrics_addr(server: &LocalServer) -> SocketAddr {
+    server
+        .metrics_url()
+        .expect("metrics are on")
+        .trim_start_matches("http://")
+        .trim_end_matches("/metrics")
+        .parse()
+        .expect("an address")
+}
+
+/// One HTTP/1.0 request to the metrics port: the status code (0 for an
+/// empty reply: the connection closed unanswered) and the body.
+pub async fn http_get(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = TcpStream::connect(addr).await.expect("connects");
+    let request = format!("{method} {path} HTTP/1.0\r\nhost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("writes");
+    let mut answer = String::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_to_string(&mut answer),
+    )
+    .await
+    .expect("answers in time")
+    .expect("reads");
+    let code = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (code, body.to_owned())
+}
