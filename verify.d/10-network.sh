@@ -24,8 +24,8 @@ WINDOW_FLOOR_MARGIN=${WINDOW_FLOOR_MARGIN:-0.9} # 64 KiB fetch time >= bytes ÷ 
 WINDOW_SPEEDUP=${WINDOW_SPEEDUP:-5}       # tonic-default Mbit/s > 64 KiB Mbit/s x this (ceilings: 2 MiB ÷ 64 KiB = 32x)
 
 # ─── Verbs ───────────────────────────────────────────────────────────────────
-# phase NAME: one window-client phase, for the summary (10e).
-phase() { field window "\"\(.$1.mbit_s) Mbit/s (ceiling \(.$1.window_ceiling_mbit_s)), \(.$1.bytes) B in \(.$1.s) s\""; }
+# window_phase NAME: one window-client phase, for the summary (10e).
+window_phase() { field window "\"\(.$1.mbit_s) Mbit/s (ceiling \(.$1.window_ceiling_mbit_s)), \(.$1.bytes) B in \(.$1.s) s\""; }
 
 # ─── Rows ────────────────────────────────────────────────────────────────────
 network_rows() {
@@ -77,9 +77,9 @@ network_rows() {
     "$(jq -r --argjson m "$WINDOW_FLOOR_MARGIN" --argjson k "$WINDOW_SPEEDUP" \
       '.small.s >= .small.bytes * 8 / (.small.window_ceiling_mbit_s * 1e6) * $m and .tonic_default.mbit_s > .small.mbit_s * $k' \
       "$scratch/window.out" 2>/dev/null || true)" window
-  note "window 64 KiB (longhaul)" "$(phase small)"
-  note "window tonic default" "$(phase tonic_default)"
-  note "window adaptive (BDP)" "$(phase adaptive)"
+  note "window 64 KiB (longhaul)" "$(window_phase small)"
+  note "window tonic default" "$(window_phase tonic_default)"
+  note "window adaptive (BDP)" "$(window_phase adaptive)"
   note "window adaptive: start -> largest" "$(field window '"\(.adaptive.stream_window) -> \(.adaptive.grown_stream_window) B"')"
   note "64 KiB: 1 channel vs N channels" "$(field window '"\(.one_channel.mbit_s) vs \(.n_channels.mbit_s) Mbit/s (\(.n_channels.channels) channels)"')"
 }
