@@ -92,20 +92,11 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
     };
     // Let the idle sockets take every slot before the first scrape.
     tokio::time::sleep(SCRAPE_EVERY).await;
-    while Instant::now() < deadline {
-        let started = Instant::now();
-        let answer = scrape(addr, started).await;
-        let took = started.elapsed();
-        details.scrapes += 1;
-        details.scrape_max_ms = details.scrape_max_ms.max(took.as_secs_f64() * 1e3);
-        match answer {
-            Ok(()) => details.answered_within_1s += 1,
-            Err(e) => {
-                details.first_failure.get_or_insert(e);
-            }
-        }
-        tokio::time::sleep(SCRAPE_EVERY.saturating_sub(took)).await;
-    }
+    let scrapes = scrape_until(addr, deadline.into_std()).await?;
+    details.scrapes = scrapes.scrapes;
+    details.answered_within_1s = scrapes.answered;
+    details.scrape_max_ms = scrapes.max_ms;
+    details.first_failure = scrapes.first_failure;
     holders.shutdown().await;
     details.opened = opened.load(Ordering::Relaxed).min(max_opens);
     details.closed_by_server = closed.load(Ordering::Relaxed);
@@ -120,6 +111,53 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
         details.closed_by_server
     );
     Ok(Findings::new(outcome, details))
+}
+
+/// What the scraper saw.
+#[derive(Debug, Default)]
+struct Scrapes {
+    scrapes: u32,
+    answered: u32,
+    max_ms: f64,
+    first_failure: Option<String>,
+}
+
+/// A scrape every [`SCRAPE_EVERY`] until `deadline`, on a thread and a
+/// runtime of its own, as the probe's calls are
+/// ([`crate::measure::probe::Probe`]): on the attack's runtime, busy with
+/// thousands of reconnecting sockets, a scrape's request left the harness
+/// late, and the server closed it as idle for want of it.
+async fn scrape_until(addr: SocketAddr, deadline: std::time::Instant) -> Result<Scrapes, Error> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (done, scraped) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("scraper".into())
+        .spawn(move || {
+            let scrapes = runtime.block_on(async move {
+                let mut seen = Scrapes::default();
+                while Instant::now().into_std() < deadline {
+                    let started = Instant::now();
+                    let answer = scrape(addr, started).await;
+                    let took = started.elapsed();
+                    seen.scrapes += 1;
+                    seen.max_ms = seen.max_ms.max(took.as_secs_f64() * 1e3);
+                    match answer {
+                        Ok(()) => seen.answered += 1,
+                        Err(e) => {
+                            seen.first_failure.get_or_insert(e);
+                        }
+                    }
+                    tokio::time::sleep(SCRAPE_EVERY.saturating_sub(took)).await;
+                }
+                seen
+            });
+            let _ = done.send(scrapes);
+        })?;
+    scraped
+        .await
+        .map_err(|_| "the scraper's thread ended without a result".into())
 }
 
 /// One scrape over HTTP/1.0, within [`SCRAPE_LIMIT`] of `started`: `Ok`

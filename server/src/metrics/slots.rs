@@ -9,7 +9,9 @@
 //! *waiting* (half a request, or a keep-alive between two requests) may be
 //! closed for a newcomer, the one that has waited longest first. So idle
 //! sockets cannot keep a scrape out: each new connection closes one of
-//! them. Only when every slot is answering is the newcomer refused.
+//! them. Only when every slot is answering is the newcomer refused. A
+//! newcomer whose request is already in its socket counts as answering at
+//! once, before its task has run.
 //!
 //! No socket here: [`Slots`] is a table of at most `capacity` entries, so it
 //! is tested on its own.
@@ -74,8 +76,12 @@ impl Slots {
         })
     }
 
-    /// A slot for a new connection (see [`Admission`]).
-    pub fn admit(self: &Arc<Self>) -> Admission {
+    /// A slot for a new connection (see [`Admission`]). With
+    /// `request_arrived` (its whole request head is in its socket already),
+    /// it counts as answering from the start, so no later newcomer closes it
+    /// before its task has read that request: under a flood of reconnecting
+    /// idle sockets, a scrape's task may run only after many more accepts.
+    pub fn admit(self: &Arc<Self>, request_arrived: bool) -> Admission {
         let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
         let mut closed_idle = false;
         if table.open.len() >= self.capacity {
@@ -97,7 +103,7 @@ impl Slots {
         let slot = Slot {
             slots: Arc::clone(self),
             id,
-            answering: Arc::new(AtomicBool::new(false)),
+            answering: Arc::new(AtomicBool::new(request_arrived)),
             close: Arc::new(Notify::new()),
         };
         table.open.push_back(Entry {
@@ -119,6 +125,15 @@ impl Slots {
             .unwrap_or_else(PoisonError::into_inner)
             .open
             .len()
+    }
+}
+
+#[cfg(test)]
+impl Slots {
+    /// The ids holding a slot, oldest first.
+    fn ids(&self) -> Vec<u64> {
+        let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        table.open.iter().map(|e| e.id).collect()
     }
 }
 
@@ -180,9 +195,9 @@ mod tests {
     #[tokio::test]
     async fn a_newcomer_closes_the_oldest_waiting_connection() {
         let slots = Slots::new(2);
-        let oldest = slot(slots.admit());
-        let second = slot(slots.admit());
-        let third = slots.admit();
+        let oldest = slot(slots.admit(false));
+        let second = slot(slots.admit(false));
+        let third = slots.admit(false);
         assert!(matches!(third, Admission::AdmittedByClosingIdle(_)));
         // The oldest was told (a permit is stored), the second was not.
         tokio::time::timeout(std::time::Duration::from_secs(1), oldest.close.notified())
@@ -195,19 +210,42 @@ mod tests {
         assert_eq!(slots.open(), 0);
     }
 
+    /// Given a newcomer whose request is already in its socket, then it is
+    /// not closed for the next newcomers, which close the waiting ones; once
+    /// it has answered (the guard dropped), it may be closed like any other.
+    #[test]
+    fn a_newcomer_whose_request_arrived_keeps_its_slot() {
+        let slots = Slots::new(2);
+        let ready = slot(slots.admit(true));
+        let _waiting = slot(slots.admit(false));
+        let mut newcomers = Vec::new();
+        for _ in 0..2 {
+            let admission = slots.admit(false);
+            assert!(matches!(admission, Admission::AdmittedByClosingIdle(_)));
+            newcomers.push(slot(admission));
+        }
+        assert!(slots.ids().contains(&ready.id), "{:?}", slots.ids());
+        drop(ready.marker().answering()); // hyper answered it
+        let _next = slots.admit(false);
+        assert!(!slots.ids().contains(&ready.id), "{:?}", slots.ids());
+    }
+
     /// Given one slot answering and one waiting, the waiting one gives way
     /// even though it is younger; given both answering, the newcomer is
     /// refused; once an answer is written, its slot may be taken again.
     #[test]
     fn answering_connections_keep_their_slots() {
         let slots = Slots::new(2);
-        let answering = slot(slots.admit());
+        let answering = slot(slots.admit(false));
         let busy = answering.marker().answering();
-        let _waiting = slot(slots.admit());
-        let newcomer = slot(slots.admit());
+        let _waiting = slot(slots.admit(false));
+        let newcomer = slot(slots.admit(false));
         let _also_busy = newcomer.marker().answering();
-        assert!(matches!(slots.admit(), Admission::Full));
+        assert!(matches!(slots.admit(false), Admission::Full));
         drop(busy);
-        assert!(matches!(slots.admit(), Admission::AdmittedByClosingIdle(_)));
+        assert!(matches!(
+            slots.admit(false),
+            Admission::AdmittedByClosingIdle(_)
+        ));
     }
 }
