@@ -183,5 +183,13 @@ pub async fn nodeadline(ctx: &Context) -> Result<Findings, Error> {
             held.end_median_s.unwrap_or_default()
         ));
     }
+    // Calls answered OK within a second were never held: the attack says
+    // nothing about a bound until the server is made slow.
+    let answered = held.ends.get("OK").copied().unwrap_or(0);
+    if answered > 0 && held.end_last_s.is_some_and(|s| s < 1.0) {
+        outcome.push_str(
+            "; the server answered at once, so nothing was held: start it with --fault-delay-ms 60000",
+        );
+    }
     Ok(Findings::new(outcome, held))
 }
