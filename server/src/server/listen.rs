@@ -117,7 +117,9 @@ pub fn bind_metrics(
     addr: SocketAddr,
     configured: Option<u32>,
 ) -> Result<TcpListener, MetricsBindError> {
-    bind_std(addr, backlog(configured))
+    // The value the gRPC port's bind has just logged; not logged twice.
+    let somaxconn = std::fs::read_to_string(SOMAXCONN_PATH).ok();
+    bind_std(addr, backlog_from(configured, somaxconn.as_deref()))
         .and_then(TcpListener::from_std)
         .map_err(|source| MetricsBindError { addr, source })
 }
