@@ -18,7 +18,7 @@ use h2_peer::{
 use serde::Serialize;
 use tokio::{task::JoinSet, time::Instant};
 
-use super::{Context, Findings, Tally, describe_tally};
+use super::{Context, Findings, HeldEnds, describe_tally};
 use crate::Error;
 
 /// 1 KiB of digits and a unit: far past the 8 digits the spec allows.
@@ -98,18 +98,13 @@ pub async fn badtimeout(ctx: &Context) -> Result<Findings, Error> {
     Ok(Findings::new(outcome, answers))
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Serialize)]
 struct Held {
     calls: u32,
     connections: u32,
     hold_s: u64,
-    ends: Tally,
-    /// Median seconds from opening to the server ending the call.
-    end_median_s: Option<f64>,
-    end_last_s: Option<f64>,
-    not_opened: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    first_error: Option<String>,
+    #[serde(flatten)]
+    held: HeldEnds,
 }
 
 pub async fn nodeadline(ctx: &Context) -> Result<Findings, Error> {
@@ -153,29 +148,20 @@ pub async fn nodeadline(ctx: &Context) -> Result<Findings, Error> {
             Ok::<_, Error>((results, not_opened))
         });
     }
-    let mut held = Held {
+    let details = Held {
         calls: knobs.nodeadline_calls,
         connections: u32::try_from(connections.len()).unwrap_or(u32::MAX),
         hold_s: hold.as_secs(),
-        ..Default::default()
+        held: super::gather_ends(&mut connections).await,
     };
-    let gathered = super::gather_ends(&mut connections).await;
-    held.ends = gathered.ends;
-    held.not_opened = gathered.not_opened;
-    held.first_error = gathered.first_error;
-    held.end_median_s = gathered.end_median_s;
-    held.end_last_s = gathered.end_last_s;
-    let pending = held.ends.get("pending").copied().unwrap_or(0);
+    let held = &details.held;
     let mut outcome = format!(
         "{} calls without a deadline: {} still open after {}s",
-        held.calls, pending, held.hold_s
+        details.calls,
+        held.pending(),
+        details.hold_s
     );
-    let ended: Tally = held
-        .ends
-        .iter()
-        .filter(|(l, _)| l.as_str() != "pending")
-        .map(|(l, n)| (l.clone(), *n))
-        .collect();
+    let ended = held.ended();
     if !ended.is_empty() {
         outcome.push_str(&format!(
             ", ended: {} (median {:.1}s)",
@@ -191,5 +177,5 @@ pub async fn nodeadline(ctx: &Context) -> Result<Findings, Error> {
             "; the server answered at once, so nothing was held: start it with --fault-delay-ms 60000",
         );
     }
-    Ok(Findings::new(outcome, held))
+    Ok(Findings::new(outcome, details))
 }

@@ -33,17 +33,14 @@ const SCRAPE_LIMIT: Duration = Duration::from_secs(1);
 /// One scrape every 250 ms.
 const SCRAPE_EVERY: Duration = Duration::from_millis(250);
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Serialize)]
 struct Details {
     idle_sockets: u32,
     secs: u64,
     opened: u64,
     closed_by_server: u64,
-    scrapes: u32,
-    answered_within_1s: u32,
-    scrape_max_ms: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    first_failure: Option<String>,
+    #[serde(flatten)]
+    scraped: Scrapes,
 }
 
 pub async fn run(ctx: &Context) -> Result<Findings, Error> {
@@ -85,27 +82,23 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
             }
         });
     }
-    let mut details = Details {
-        idle_sockets: knobs.metricsidle_conns,
-        secs: hold.as_secs(),
-        ..Default::default()
-    };
     // Let the idle sockets take every slot before the first scrape.
     tokio::time::sleep(SCRAPE_EVERY).await;
-    let scrapes = scrape_until(addr, deadline.into_std()).await?;
-    details.scrapes = scrapes.scrapes;
-    details.answered_within_1s = scrapes.answered;
-    details.scrape_max_ms = scrapes.max_ms;
-    details.first_failure = scrapes.first_failure;
+    let mut scraped = scrape_until(addr, deadline.into_std()).await?;
     holders.shutdown().await;
-    details.opened = opened.load(Ordering::Relaxed).min(max_opens);
-    details.closed_by_server = closed.load(Ordering::Relaxed);
-    details.scrape_max_ms = (details.scrape_max_ms * 10.0).round() / 10.0;
+    scraped.scrape_max_ms = (scraped.scrape_max_ms * 10.0).round() / 10.0;
+    let details = Details {
+        idle_sockets: knobs.metricsidle_conns,
+        secs: hold.as_secs(),
+        opened: opened.load(Ordering::Relaxed).min(max_opens),
+        closed_by_server: closed.load(Ordering::Relaxed),
+        scraped,
+    };
     let outcome = format!(
         "{} of {} scrapes answered within 1 s (max {:.0} ms) while {} half-requests were held ({} opened, {} closed by the server)",
-        details.answered_within_1s,
-        details.scrapes,
-        details.scrape_max_ms,
+        details.scraped.answered_within_1s,
+        details.scraped.scrapes,
+        details.scraped.scrape_max_ms,
         details.idle_sockets,
         details.opened,
         details.closed_by_server
@@ -113,12 +106,13 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
     Ok(Findings::new(outcome, details))
 }
 
-/// What the scraper saw.
-#[derive(Debug, Default)]
+/// What the scraper saw; flattened into [`Details`].
+#[derive(Debug, Default, Serialize)]
 struct Scrapes {
     scrapes: u32,
-    answered: u32,
-    max_ms: f64,
+    answered_within_1s: u32,
+    scrape_max_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
     first_failure: Option<String>,
 }
 
@@ -142,9 +136,9 @@ async fn scrape_until(addr: SocketAddr, deadline: std::time::Instant) -> Result<
                     let answer = scrape(addr, started).await;
                     let took = started.elapsed();
                     seen.scrapes += 1;
-                    seen.max_ms = seen.max_ms.max(took.as_secs_f64() * 1e3);
+                    seen.scrape_max_ms = seen.scrape_max_ms.max(took.as_secs_f64() * 1e3);
                     match answer {
-                        Ok(()) => seen.answered += 1,
+                        Ok(()) => seen.answered_within_1s += 1,
                         Err(e) => {
                             seen.first_failure.get_or_insert(e);
                         }

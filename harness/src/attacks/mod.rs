@@ -694,15 +694,34 @@ pub async fn join_unless_tripped<T: 'static>(
 }
 
 /// How the calls of a held-calls attack (`slowbody`, `nodeadline`) ended:
-/// each call's end, the calls a connection could not open, the first error,
-/// and when the calls that did end ended.
-#[derive(Debug, Default)]
+/// each call's end, when the calls that did end ended, the calls a
+/// connection could not open and the first error. Flattened into each
+/// attack's details.
+#[derive(Debug, Default, Serialize)]
 pub struct HeldEnds {
     pub ends: Tally,
-    pub not_opened: u32,
-    pub first_error: Option<String>,
+    /// Median seconds from opening to the server ending the call.
     pub end_median_s: Option<f64>,
     pub end_last_s: Option<f64>,
+    pub not_opened: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}
+
+impl HeldEnds {
+    /// Calls the server had not ended when the attack let go.
+    pub fn pending(&self) -> usize {
+        self.ends.get("pending").copied().unwrap_or(0)
+    }
+
+    /// How the calls the server did end ended (every end but `pending`).
+    pub fn ended(&self) -> Tally {
+        self.ends
+            .iter()
+            .filter(|(label, _)| label.as_str() != "pending")
+            .map(|(label, n)| (label.clone(), *n))
+            .collect()
+    }
 }
 
 /// What one connection task of a held-calls attack returns: its calls'

@@ -13,7 +13,7 @@ use h2_peer::{
 use serde::Serialize;
 use tokio::{task::JoinSet, time::Instant};
 
-use super::{Context, Findings, Tally, describe_tally};
+use super::{Context, Findings, HeldEnds, describe_tally};
 use crate::Error;
 
 /// The message length each prefix announces: 1 KiB under the default 4 MiB
@@ -23,19 +23,14 @@ pub const DECLARED_BYTES: u32 = 4 * 1024 * 1024 - 1024;
 /// How long a connection waits to open each stream: 2 s.
 const OPEN_WAIT: Duration = Duration::from_secs(2);
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Serialize)]
 struct Details {
     calls: u32,
     connections: u32,
     declared_bytes: u32,
     bytes_sent_each: usize,
-    ends: Tally,
-    /// Median seconds from opening to the server ending the call.
-    end_median_s: Option<f64>,
-    end_last_s: Option<f64>,
-    not_opened: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    first_error: Option<String>,
+    #[serde(flatten)]
+    held: HeldEnds,
 }
 
 pub async fn run(ctx: &Context) -> Result<Findings, Error> {
@@ -91,40 +86,29 @@ pub async fn run(ctx: &Context) -> Result<Findings, Error> {
             Ok::<_, Error>((results, not_opened))
         });
     }
-    let mut details = Details {
+    let details = Details {
         calls: knobs.slowbody_calls,
         connections: u32::try_from(connections.len()).unwrap_or(u32::MAX),
         declared_bytes: DECLARED_BYTES,
         bytes_sent_each: sent,
-        ..Default::default()
+        held: super::gather_ends(&mut connections).await,
     };
-    let gathered = super::gather_ends(&mut connections).await;
-    details.ends = gathered.ends;
-    details.not_opened = gathered.not_opened;
-    details.first_error = gathered.first_error;
-    details.end_median_s = gathered.end_median_s;
-    details.end_last_s = gathered.end_last_s;
-    let pending = details.ends.get("pending").copied().unwrap_or(0);
+    let pending = details.held.pending();
     let mut outcome = format!(
         "{} unfinished ~4 MiB bodies: {} still open after {}s",
         details.calls,
         pending,
         hold.as_secs()
     );
-    let ended: Tally = details
-        .ends
-        .iter()
-        .filter(|(l, _)| l.as_str() != "pending")
-        .map(|(l, n)| (l.clone(), *n))
-        .collect();
+    let ended = details.held.ended();
     if !ended.is_empty() {
         outcome.push_str(&format!(
             ", ended by the server: {} (median {:.1}s)",
             describe_tally(&ended),
-            details.end_median_s.unwrap_or_default()
+            details.held.end_median_s.unwrap_or_default()
         ));
     }
-    if let Some(e) = &details.first_error {
+    if let Some(e) = &details.held.first_error {
         outcome.push_str(&format!("; error: {e}"));
     }
     Ok(Findings::new(outcome, details))
