@@ -28,6 +28,7 @@ COPY frames frames
 COPY peer peer
 COPY server server
 COPY clients clients
+COPY balancer balancer
 COPY harness harness
 # h2 with two buffer sizes and its frame queue patched (Cargo.toml's [patch.crates-io]).
 COPY vendor vendor

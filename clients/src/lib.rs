@@ -25,8 +25,8 @@
 //!   timeout) that wraps a connection, with grpc-go's presets.
 //! - [`link_proxy`]: `routing-link`'s core, a TCP proxy through one link.
 //! - [`relay`]: a loopback TCP relay that can go silent, to play a dead peer.
-//! - [`dns_balance`]: a client-side balancer that re-resolves a DNS name
-//!   (a Kubernetes headless Service) and feeds tonic's `balance_channel`.
+//! - [`tonic_balance`]: tonic's own `balance_channel`, fed by the same
+//!   resolver as the `ready-balance` crate (balancer/), for comparison.
 //! - [`tls`]: `--tls-ca` and `--tls-server-name`: TLS inside the counting
 //!   connector, with the version and resumed handshakes for the JSON line.
 //! - [`header_probe`]: a loopback HTTP/2 server that records whether a
@@ -44,7 +44,6 @@
 
 pub mod baseline;
 pub mod catalog;
-pub mod dns_balance;
 pub mod header_probe;
 pub mod link;
 pub mod link_proxy;
@@ -55,6 +54,7 @@ pub mod server_metrics;
 pub mod target;
 pub mod timing;
 pub mod tls;
+pub mod tonic_balance;
 pub mod windows;
 pub mod wire;
 

@@ -17,12 +17,15 @@
 //!   A call that meets a GOAWAY before it leaves the client is sent again
 //!   on the next connection (`retried`, see `routing_clients::retry`):
 //!   tonic has no transparent retry of its own.
-//! - `dns`: tonic's balancer fed by a name resolved again and again
-//!   (`--resolve dns:///HOST:PORT`, a Kubernetes headless Service; see
-//!   `routing_clients::dns_balance`), calling `--dns-rate` calls a second
-//!   for `--dns-secs`. Pods that join the answer get calls after the next
-//!   resolve (every `--resolve-interval-secs`, and soon after a call fails
-//!   to reach one); pods that leave it stop getting them. No restart.
+//! - `dns`: the client-side balancer (the `ready-balance` crate,
+//!   balancer/) over a name resolved again and again (`--resolve
+//!   dns:///HOST:PORT`, a Kubernetes headless Service), `--dns-rate` calls a
+//!   second for `--dns-secs`, each sent on schedule from one of
+//!   `--dns-concurrency` callers (an open loop). Only pods whose connection
+//!   is ready get calls, picked by `--dns-pick`; pods that join the answer
+//!   get calls after the next resolve (every `--resolve-interval-secs`, and
+//!   soon after a connection fails). `--dns-balancer tonic` calls through
+//!   tonic's own balancer instead, fed the same addresses.
 //! - `l4_idle`, `l7_idle`: the keepalive experiment through balancers with
 //!   short idle timeouts (6 s in `lb/haproxy.cfg`): a call, an idle gap
 //!   (`--idle-gap-secs`, 8), a call, on a channel with the chapter's 5 s
@@ -72,20 +75,29 @@
 
 use std::{
     collections::BTreeMap,
+    future::Future,
     process::ExitCode,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use clap::{CommandFactory, Parser, error::ErrorKind};
+use ready_balance::{Balancer, DnsName, Knobs, Pick, State, knobs};
 use routing_clients::{
-    Baseline, CallTimer, CountingConnector, Error,
-    dns_balance::{self, DnsBalance, DnsName, Knobs},
-    finish, init_tracing, retry, sample_quote_request, seconds,
-    target::Target,
+    Baseline, CallTimer, CountingConnector, Error, finish, init_tracing, retry,
+    sample_quote_request, seconds, target::Target, tonic_balance,
 };
-use routing_contracts::{REPLICA_HEADER, routing::routing_service_client::RoutingServiceClient};
+use routing_contracts::{
+    REPLICA_HEADER,
+    routing::{GetQuoteResponse, routing_service_client::RoutingServiceClient},
+};
 use serde::Serialize;
-use tonic::transport::{Channel, Endpoint};
+use tokio::sync::Semaphore;
+use tonic::{
+    body::Body,
+    transport::{Channel, Endpoint},
+};
+use tower::{ServiceExt, util::BoxCloneSyncService};
 
 /// Pause between two calls of the aged phase: 20 ms, about 500 calls in
 /// 10 s, enough to see each connection's replica without loading anything.
@@ -114,6 +126,38 @@ enum Phase {
     L4Idle,
     /// Idle gap through L7 with a short timeout (--l7-short).
     L7Idle,
+}
+
+/// The dns phase's balancer.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+#[clap(rename_all = "snake_case")]
+enum DnsBalancer {
+    /// The ready-balance crate (balancer/).
+    Ready,
+    /// tonic's `Channel::balance_channel`.
+    Tonic,
+}
+
+/// `ready_balance::Pick`, as a flag.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+#[clap(rename_all = "snake_case")]
+enum DnsPick {
+    /// Lower latency × calls in flight (Linkerd's peak EWMA).
+    PeakEwma,
+    /// Fewer calls in flight (gRFC A48).
+    LeastRequest,
+    /// At random, as tonic's own balancer.
+    Random,
+}
+
+impl From<DnsPick> for Pick {
+    fn from(pick: DnsPick) -> Self {
+        match pick {
+            DnsPick::PeakEwma => Pick::PeakEwma,
+            DnsPick::LeastRequest => Pick::LeastRequest,
+            DnsPick::Random => Pick::Random,
+        }
+    }
 }
 
 #[derive(Debug, Parser)]
@@ -172,11 +216,22 @@ struct Args {
     /// Seconds the dns phase calls for.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     dns_secs: u64,
-    /// Calls a second in the dns phase, one at a time (fewer if calls are slow).
+    /// Calls a second in the dns phase, each sent on schedule (an open loop).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
     dns_rate: u32,
-    /// Seconds between two resolves of --resolve when no call fails
-    /// (routing_clients::dns_balance::RESOLVE_INTERVAL says why 10).
+    /// Callers the dns phase's calls leave from: the most calls in flight.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    dns_concurrency: u32,
+    /// Which balancer the dns phase calls through: this repository's
+    /// (`ready-balance`) or tonic's own `balance_channel`, fed the same
+    /// addresses, for comparison.
+    #[arg(long, value_enum, default_value = "ready")]
+    dns_balancer: DnsBalancer,
+    /// How the dns phase's balancer compares two ready pods (ready only).
+    #[arg(long, value_enum, default_value = "peak_ewma")]
+    dns_pick: DnsPick,
+    /// Seconds between two resolves of --resolve when no connection fails
+    /// (ready_balance::knobs::RESOLVE_INTERVAL says why 10).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=300))]
     resolve_interval_secs: u64,
     /// Seconds between two progress lines of the dns phase on stderr (0: none).
@@ -224,9 +279,18 @@ struct Spread {
     first_served_s: BTreeMap<String, f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     started_unix_s: Option<f64>,
-    /// What the re-resolving balancer did (dns phase).
+    /// What the balancer did, and its endpoints at the end (dns phase):
+    /// `calls_not_ready` is the calls handed to a pod that was not ready.
     #[serde(skip_serializing_if = "Option::is_none")]
-    resolver: Option<dns_balance::Stats>,
+    balancer: Option<Box<ready_balance::Stats>>,
+    /// Ticks that found every caller busy and left late (dns phase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    late: Option<u32>,
+    /// Call latency, from send to answer (dns phase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    p99_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     first_error: Option<String>,
     total_s: f64,
@@ -502,66 +566,161 @@ async fn client_side(args: &Args) -> Result<Spread, Error> {
     Ok(tally.finish(false))
 }
 
-/// tonic's balancer fed by `--resolve`, re-resolved as it calls: paced
-/// calls for `--dns-secs`, with a progress line on stderr every
-/// `--report-secs`.
+/// The balancer (`ready_balance`) over `--resolve`, called in an open
+/// loop: a call leaves every 1/`--dns-rate` s on one of
+/// `--dns-concurrency` callers, whether or not earlier calls have ended,
+/// so a slow pod cannot slow the schedule. A tick that finds every caller
+/// busy waits for one and is counted `late`. A progress line goes to
+/// stderr every `--report-secs`.
 async fn dns(args: &Args) -> Result<Spread, Error> {
     let target = args
         .resolve
         .as_deref()
         .ok_or("--resolve checked in check_addresses")?;
     let name = DnsName::from_system_conf(target).map_err(|e| format!("--resolve {target}: {e}"))?;
-    let knobs = Knobs {
-        interval: Duration::from_secs(args.resolve_interval_secs),
-        ..Knobs::default()
+    let interval = Duration::from_secs(args.resolve_interval_secs);
+    let (channel, balancer, _tonic) = match args.dns_balancer {
+        DnsBalancer::Ready => {
+            let knobs = Knobs {
+                resolve_interval: interval,
+                connect_timeout: Duration::from_secs(args.baseline.connect_timeout_secs),
+                pick: args.dns_pick.into(),
+                ..Knobs::default()
+            };
+            let balancer = Balancer::start(name, None, knobs)
+                .await
+                .map_err(|e| format!("--resolve {target}: {e}"))?;
+            (boxed(balancer.channel()), Some(balancer), None)
+        }
+        DnsBalancer::Tonic => {
+            let baseline = args.baseline.clone();
+            let endpoint_for =
+                move |addr: std::net::SocketAddr| baseline.endpoint_at(format!("http://{addr}"));
+            let (channel, feed) =
+                tonic_balance::start(name, endpoint_for, interval, knobs::MAX_ENDPOINTS)
+                    .await
+                    .map_err(|e| format!("--resolve {target}: {e}"))?;
+            (boxed(channel), None, Some(feed))
+        }
     };
-    let baseline = args.baseline.clone();
-    let endpoint_for =
-        move |addr: std::net::SocketAddr| baseline.endpoint_at(format!("http://{addr}"));
-    let (channel, balance) = DnsBalance::start(name, endpoint_for, knobs)
-        .await
-        .map_err(|e| format!("--resolve {target}: {e}"))?;
     let client = RoutingServiceClient::new(channel);
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(seconds)
         .ok();
-    let mut tally = Tally::new(args.expect_replicas);
-    let mut first_served_s = BTreeMap::new();
+    let tally = Arc::new(Mutex::new((Tally::new(args.expect_replicas), Vec::new())));
+    let callers = Arc::new(Semaphore::new(args.dns_concurrency as usize));
+    let call_timeout = Duration::from_secs(args.baseline.call_timeout_secs);
     let mut pace = tokio::time::interval(Duration::from_secs(1) / args.dns_rate);
-    pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let calling = Duration::from_secs(args.dns_secs);
-    let report_every = Duration::from_secs(args.report_secs);
-    let mut next_report = report_every;
-    while tally.started.elapsed() < calling {
+    pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let (calling, report_every) = (
+        Duration::from_secs(args.dns_secs),
+        Duration::from_secs(args.report_secs),
+    );
+    let (started, mut next_report, mut late) = (Instant::now(), report_every, 0_u32);
+    let mut first_served_s = BTreeMap::new();
+    while started.elapsed() < calling {
         pace.tick().await;
-        let answer = retry::transparent::call(|| {
-            let mut client = client.clone();
-            async move { client.get_quote(sample_quote_request()).await }
-        })
-        .await;
-        tally.record(answer);
-        let now = tally.started.elapsed();
-        for replica in tally.spread.per_replica.keys() {
-            if !first_served_s.contains_key(replica) {
-                first_served_s.insert(replica.clone(), seconds(now));
+        let caller = match Arc::clone(&callers).try_acquire_owned() {
+            Ok(caller) => caller,
+            Err(_) => {
+                late += 1;
+                Arc::clone(&callers).acquire_owned().await?
+            }
+        };
+        let (client, shared) = (client.clone(), Arc::clone(&tally));
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let answer = quote_within(client, call_timeout).await;
+            let took = sent.elapsed().as_secs_f64();
+            if let Ok(mut tally) = shared.lock() {
+                tally.0.record(answer);
+                tally.1.push(took);
+            }
+            drop(caller);
+        });
+        let now = started.elapsed();
+        if let Ok(tally) = tally.lock() {
+            for replica in tally.0.spread.per_replica.keys() {
+                if !first_served_s.contains_key(replica) {
+                    first_served_s.insert(replica.clone(), seconds(now));
+                }
+            }
+            if !report_every.is_zero() && now >= next_report {
+                next_report += report_every;
+                let per_replica = serde_json::to_string(&tally.0.spread.per_replica)?;
+                let ready = balancer.as_ref().map_or(0, |b| {
+                    let endpoints = b.stats().endpoints;
+                    endpoints.values().filter(|s| **s == State::Ready).count()
+                });
+                eprintln!(
+                    "dns t={}s ready={ready} per_replica={per_replica}",
+                    now.as_secs()
+                );
             }
         }
-        if !report_every.is_zero() && now >= next_report {
-            next_report += report_every;
-            let per_replica = serde_json::to_string(&tally.spread.per_replica)?;
-            let held = balance.stats().endpoints.len();
-            eprintln!(
-                "dns t={}s endpoints={held} per_replica={per_replica}",
-                now.as_secs()
-            );
-        }
     }
+    // Every caller back: the last calls have ended.
+    let _all = callers.acquire_many(args.dns_concurrency).await?;
+    let (tally, mut took) = Arc::try_unwrap(tally)
+        .map_err(|_| "a caller outlived the phase")?
+        .into_inner()
+        .map_err(|_| "a caller panicked")?;
     let mut spread = tally.finish(false);
     spread.first_served_s = first_served_s;
     spread.started_unix_s = started_unix_s;
-    spread.resolver = Some(balance.stats());
+    spread.late = Some(late);
+    took.sort_by(f64::total_cmp);
+    spread.p50_ms = quantile_ms(&took, 0.50);
+    spread.p99_ms = quantile_ms(&took, 0.99);
+    spread.balancer = balancer.map(|b| Box::new(b.stats()));
     Ok(spread)
+}
+
+/// One GetQuote with `grpc-timeout` on the wire, sent again if it never
+/// left the client (`retry::transparent`).
+fn quote_within(
+    client: RoutingServiceClient<AnyChannel>,
+    limit: Duration,
+) -> impl Future<Output = retry::Retried<tonic::Response<GetQuoteResponse>>> + Send {
+    retry::transparent::call(move || {
+        let mut client = client.clone();
+        let mut request = tonic::Request::new(sample_quote_request());
+        request.set_timeout(limit);
+        async move { client.get_quote(request).await }
+    })
+}
+
+/// A channel of either balancer, as one type for the same client code.
+/// Its error is a `Status` (made as tonic would make it from the
+/// channel's error, source kept), not a boxed error, whose `Into` bound
+/// rustc cannot prove inside a spawned task.
+type AnyChannel = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, tonic::Status>;
+
+fn boxed<S, B>(channel: S) -> AnyChannel
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Error: Into<Error>,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Error>,
+{
+    BoxCloneSyncService::new(
+        channel
+            .map_response(|response| response.map(Body::new))
+            .map_err(|e| tonic::Status::from_error(e.into())),
+    )
+}
+
+/// The `q` quantile of sorted seconds, in milliseconds to 0.01.
+fn quantile_ms(sorted: &[f64], q: f64) -> Option<f64> {
+    let last = sorted.len().checked_sub(1)?;
+    let at = ((last as f64) * q).round() as usize;
+    Some((sorted[at.min(last)] * 100_000.0).round() / 100.0)
 }
 
 /// Both channels of the idle experiment, side by side.
