@@ -75,6 +75,8 @@ source verify.d/12-tls.sh
 source verify.d/13-deadlines.sh
 # shellcheck source=verify.d/20-kubernetes.sh
 source verify.d/20-kubernetes.sh
+# shellcheck source=verify.d/21-k8s-balancer.sh
+source verify.d/21-k8s-balancer.sh
 
 usage() {
   cat <<EOF
@@ -127,7 +129,8 @@ Overrides (environment):
   Limits     READY_TIMEOUT_S=$READY_TIMEOUT_S READY_PROBE_S=$READY_PROBE_S TOOL_TIMEOUT_S=$TOOL_TIMEOUT_S
              BUILD_TIMEOUT_S=$BUILD_TIMEOUT_S
   Kubernetes K8S_CONTEXT=${K8S_CONTEXT:-(a local cluster)} K8S_NAMESPACE=$K8S_NAMESPACE K8S_IMAGE_ENGINE=${K8S_IMAGE_ENGINE:-(podman, else docker)}
-             K8S_PINNED_SHARE=$K8S_PINNED_SHARE K8S_SPREAD_SHARE=$K8S_SPREAD_SHARE K8S_NEW_POD_S=$K8S_NEW_POD_S
+             K8S_PINNED_SHARE=$K8S_PINNED_SHARE K8S_SPREAD_SHARE=$K8S_SPREAD_SHARE K8S_K9_RUNS=$K8S_K9_RUNS
+             K8S_SLOW_P99_RATIO=$K8S_SLOW_P99_RATIO K8S_SLOW_SHARE_MAX=$K8S_SLOW_SHARE_MAX (k5's bound: from the Corefile)
              K8S_WORKERS_1CPU=$K8S_WORKERS_1CPU K8S_WORKERS_2CPU=$K8S_WORKERS_2CPU K8S_READY_S=$K8S_READY_S K8S_JOB_S=$K8S_JOB_S
   Compose    COMPOSE="$COMPOSE" ROUTING_PORT=$ROUTING_PORT COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-grpc-tuning}
              Published on 127.0.0.1 too: ROUTING_TLS_PORT (9443), LB_L4_PORT (9280),

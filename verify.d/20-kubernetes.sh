@@ -18,7 +18,6 @@
 # ─── Bounds ──────────────────────────────────────────────────────────────────
 K8S_PINNED_SHARE=${K8S_PINNED_SHARE:-0.95}   # through ClusterIP, one channel: the busiest pod's share >= this
 K8S_SPREAD_SHARE=${K8S_SPREAD_SHARE:-0.20}   # headless + the re-resolving balancer: every pod's share >= this (an even share is 0.33)
-K8S_NEW_POD_S=${K8S_NEW_POD_S:-35}           # scaled from 3 to 4: the new pod serves calls within this (s) of the scale
 K8S_WORKERS_1CPU=${K8S_WORKERS_1CPU:-1}      # workers a pod with a 1-CPU limit runs
 K8S_WORKERS_2CPU=${K8S_WORKERS_2CPU:-2}      # ... and with a 2-CPU limit (on a node of at least 2 CPUs)
 
@@ -256,11 +255,21 @@ kubernetes_rows() {
     "$([[ -n $count && $n == "$count" ]] && echo true)" pinned-client
   note "ClusterIP, one channel (calls per pod)" "$(jqn -c --argjson a "$before" --argjson b "$after" '$b | with_entries(.value -= ($a[.key] // 0)) | with_entries(select(.value > 0))')"
 
-  # k4/k5: headless Service and the re-resolving balancer, then a fourth pod.
-  kubernetes_dns_rows
+  # k4/k5: headless Service and the balancer, then a fourth pod; k9: a
+  # rollout under it (verify.d/21-k8s-balancer.sh). On kubeadm's Corefile,
+  # the cluster's own from the start.
+  kubernetes_dns_rows kubeadm
+  kubernetes_balancer_dns_rows kubeadm
 
   # k6/k7: a rolling restart under a steady load, and the order of a drain.
   kubernetes_rollout_rows
+
+  # k10-k12: a killed pod, a frozen pod, a slow pod, under the balancer;
+  # then k5 and k9 again on the older, cached Corefile.
+  k10_kill
+  k11_stop
+  k12_slow
+  [[ -z $K8S_CONTEXT ]] && kubernetes_balancer_dns_rows cached
 
   # k8: connection age through the ClusterIP Service.
   capture k8s_age kc set env deployment/routing ROUTING_MAX_CONNECTION_AGE_SECS=3 ROUTING_MAX_CONNECTION_AGE_GRACE_SECS=2
@@ -279,9 +288,13 @@ kubernetes_rows() {
   note "ClusterIP + age 3 s (share per pod)" "$sh"
 }
 
+# kubernetes_dns_rows MODE: k4 (on kubeadm's Corefile) and k5 (on MODE's,
+# with the bound derived from it; a reader's cluster: the cached bound).
 kubernetes_dns_rows() {
-  local before mid sh min pods t0 new_pod n waited deadline
+  local mode=$1 before mid sh min pods t0 new_pod n waited deadline bound
+  bound=$(k8s_new_pod_bound "$([[ -n $K8S_CONTEXT ]] && echo cached || echo "$mode")")
   before=$(calls_by_pod)
+  kc delete job dns-client --ignore-not-found --wait=true >&2
   apply_file dns-client
   # The client is calling once a pod's counter moves.
   deadline=$((SECONDS + K8S_READY_S))
@@ -297,27 +310,29 @@ kubernetes_dns_rows() {
   sh=$(shares "$before" "$mid")
   pods=$(jq 'length' <<<"$sh")
   min=$(jq -r '[.[]] | min // 0' <<<"$sh")
-  check "k4 headless + re-resolving balancer" "$pods pods, smallest share $(pct "$min")%" \
-    "3 pods, each >= $(jqn "$K8S_SPREAD_SHARE * 100")%" \
-    "$([[ $pods == 3 ]] && jqn --argjson t "$min" --argjson k "$K8S_SPREAD_SHARE" '$t >= $k')" dns-client
-  note "headless + balancer (share per pod)" "$sh"
+  if [[ $mode == kubeadm ]]; then
+    check "k4 headless + the balancer" "$pods pods, smallest share $(pct "$min")%" \
+      "3 pods, each >= $(jqn "$K8S_SPREAD_SHARE * 100")%" \
+      "$([[ $pods == 3 ]] && jqn --argjson t "$min" --argjson k "$K8S_SPREAD_SHARE" '$t >= $k')" dns-client
+    note "headless + balancer (share per pod)" "$sh"
+  fi
 
   # Scale while the client runs: the new pod is the one not in $mid.
   t0=$SECONDS
   kc scale deployment/routing --replicas=4 >&2
   new_pod=
   waited=
-  deadline=$((SECONDS + K8S_NEW_POD_S + 30))
+  deadline=$((SECONDS + bound + 30))
   while ((SECONDS < deadline)); do
     n=$(calls_by_pod)
     new_pod=$(jqn --argjson a "$mid" --argjson b "$n" -r '[$b | to_entries[] | select(.key as $k | ($a | has($k) | not) and .value > 0) | .key][0] // empty')
     if [[ -n $new_pod ]]; then waited=$((SECONDS - t0)); break; fi
     sleep 1
   done
-  check "k5 scaled to 4: the new pod serves" "${new_pod:-none} after ${waited:-?} s" "within ${K8S_NEW_POD_S} s" \
-    "$([[ -n $waited ]] && ((waited <= K8S_NEW_POD_S)) && echo true)" dns-client
+  check "k5 scaled to 4: the new pod serves ($mode)" "${new_pod:-none} after ${waited:-?} s" "within $bound s" \
+    "$([[ -n $waited ]] && ((waited <= bound)) && echo true)" dns-client
   job_wait dns-client
-  check "k5 ... with no restart of the client" "restarts ${restarts:-?}, exit $(cat "$scratch/dns-client.rc")" "0, job complete" \
+  check "k5 ... with no restart of the client ($mode)" "restarts ${restarts:-?}, exit $(cat "$scratch/dns-client.rc")" "0, job complete" \
     "$([[ $restarts == 0 && $(cat "$scratch/dns-client.rc") == 0 ]] && echo true)" dns-client
   kc scale deployment/routing --replicas=3 >&2
   kc rollout status deployment/routing --timeout="${K8S_READY_S}s" >&2 || true

@@ -1,59 +1,4 @@
-//! # ready-balance: a tonic balancer that sends calls only where they can land
-//!
-//! A client-side balancer for tonic that follows a DNS name (a Kubernetes
-//! headless Service), keeps one HTTP/2 connection per address, and sends
-//! each call to a **ready** endpoint, **picked by load**. It replaces
-//! tonic's `Channel::balance_channel`, which keeps picking an address that
-//! refuses connections (tonic #2839) and picks at random (its endpoints
-//! report a load of 0). `docs/kubernetes.md` has what it measured.
-//!
-//! | rule | what this crate does | as in |
-//! |---|---|---|
-//! | which endpoints are picked | only `Ready` ones: the server's SETTINGS arrived and no GOAWAY since | grpc-go's `round_robin` and `least_request` |
-//! | a GOAWAY or a closed connection | not picked from that moment; reconnects at once; a resolve is asked for | grpc-go |
-//! | a failed connection | `Failing`, not picked; retried with gRPC's backoff (1 s, ×1.6, ±20 %, 120 s cap); a resolve is asked for, at most every 2 s | gRPC connection backoff; grpc-go re-resolves at most every 30 s |
-//! | no endpoint ready | a call waits while one is connecting, fails with UNAVAILABLE when all are failing, unless it carries [`WaitForReady`] | gRPC wait-for-ready |
-//! | which of two ready endpoints | peak EWMA by default (latency × calls in flight); least request (A48) or random by [`Pick`] | Linkerd; gRFC A48 |
-//! | health | optional `grpc.health.v1.Health/Watch` per connection; NOT_SERVING is not picked | gRFC A17 |
-//! | DNS | resolved every 10 s ± 20 %, no cache in the process; NXDOMAIN, no address and timeout each keep the last good set, counted apart | grpc-go keeps the last good set |
-//! | bounds | 64 endpoints, 1,024 waiting calls, 5 s per resolve, 20 s per connect | [`knobs`] |
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), ready_balance::BoxError> {
-//! use ready_balance::{Balancer, DnsName, Knobs};
-//!
-//! let name = DnsName::from_system_conf("dns:///routing-headless.routing.svc.cluster.local:9180")?;
-//! let balancer = Balancer::start(name, None, Knobs::default()).await?;
-//! // let client = RoutingServiceClient::new(balancer.channel());
-//! println!("{:?}", balancer.stats().endpoints);
-//! # Ok(()) }
-//! ```
-//!
-//! Keep the [`Balancer`] alive as long as its channel: dropping it stops
-//! the resolving, the connections and the queue, and the channel's calls
-//! then fail with UNAVAILABLE.
-//!
-//! ## What tower gives, and what is written here
-//!
-//! tower gives the picker (`balance::p2c`), both load measures
-//! (`load::PendingRequests`, `load::PeakEwma`) and the discovery stream.
-//! Written here, because tower and tonic lack them: an endpoint whose
-//! readiness follows its connection ([`subchannel`]); the tap that sees the
-//! server's SETTINGS and GOAWAY ([`tap`]); the queue that applies grpc-go's
-//! rule when no endpoint is ready ([`queue`], where tower's `Buffer` would
-//! only wait); the A17 watch ([`health`]); and the resolve loop
-//! ([`discovery`]).
-//!
-//! ## Retries are the caller's
-//!
-//! A call that meets a GOAWAY just before it is written can still be
-//! dropped unsent by hyper (`CANCELLED`); the counter `calls_not_ready`
-//! shows when the state changed under a pick. Sending such a call again
-//! needs the request again, and a tonic request's body is a stream that is
-//! read once, so the transparent retry stays where the request is built:
-//! `routing_clients::retry::transparent` in this repository, which wraps
-//! the call, not the channel. Keeping it out also keeps this crate to one
-//! concern.
+#![doc = include_str!("../README.md")]
 //!
 //! ## Layout
 //! - [`knobs`]: every setting, with its unit and reason; [`Pick`].
@@ -218,8 +163,9 @@ impl Balancer {
     /// The counts so far, and each endpoint's state now.
     pub fn stats(&self) -> Stats {
         let aggregate = *self.shared.registry.watch().borrow();
+        let registry = &self.shared.registry;
         self.shared
             .counters
-            .snapshot(aggregate, self.shared.registry.snapshot())
+            .snapshot(aggregate, registry.snapshot(), registry.events())
     }
 }

@@ -15,9 +15,10 @@
 //! aggregated connectivity state" of grpc-go's base balancer.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, VecDeque},
     net::SocketAddr,
     sync::{Arc, Mutex},
+    time::{SystemTime, UNIX_EPOCH},
 };
 
 use serde::Serialize;
@@ -35,6 +36,18 @@ pub enum State {
     Failing,
     /// Connected, but its health service says NOT_SERVING (A17). Not picked.
     NotServing,
+}
+
+impl State {
+    /// As in the JSON: `connecting`, `ready`, `failing`, `not_serving`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Connecting => "connecting",
+            Self::Ready => "ready",
+            Self::Failing => "failing",
+            Self::NotServing => "not_serving",
+        }
+    }
 }
 
 /// The balancer's state, from all of its endpoints'.
@@ -69,20 +82,36 @@ pub fn aggregate<'a>(states: impl IntoIterator<Item = &'a State>) -> Aggregate {
     }
 }
 
-/// Every endpoint's state in one place, and the aggregate published to
-/// whoever waits on it (the call queue).
+/// Transitions kept for [`crate::Stats::events`]: the last 256, a few
+/// rollouts' worth at three pods, a few KiB.
+pub const EVENTS_KEPT: usize = 256;
+
+/// One endpoint's change of state, when it happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    /// Seconds since the Unix epoch, to the microsecond.
+    pub at_unix_s: f64,
+    pub addr: SocketAddr,
+    /// The new state, or `removed` when the address left the answer.
+    pub to: &'static str,
+}
+
+/// Every endpoint's state in one place, the aggregate published to whoever
+/// waits on it (the call queue), and the last transitions.
 #[derive(Debug, Clone)]
 pub struct Registry {
     /// A std mutex: held only to update or copy a small map, never across
     /// an await.
     states: Arc<Mutex<BTreeMap<SocketAddr, State>>>,
     aggregate: watch::Sender<Aggregate>,
+    events: Arc<Mutex<VecDeque<Event>>>,
 }
 
 impl Default for Registry {
     fn default() -> Self {
         Self {
             states: Arc::default(),
+            events: Arc::default(),
             // No endpoint yet: the first ones are connecting.
             aggregate: watch::Sender::new(Aggregate::Connecting),
         }
@@ -91,22 +120,42 @@ impl Default for Registry {
 
 impl Registry {
     pub fn set(&self, addr: SocketAddr, state: State) {
-        self.update(|states| {
-            states.insert(addr, state);
+        self.update(addr, state.name(), |states| {
+            states.insert(addr, state) != Some(state)
         });
     }
 
     pub fn remove(&self, addr: SocketAddr) {
-        self.update(|states| {
-            states.remove(&addr);
-        });
+        self.update(addr, "removed", |states| states.remove(&addr).is_some());
     }
 
-    fn update(&self, change: impl FnOnce(&mut BTreeMap<SocketAddr, State>)) {
+    /// Applies `change`, which says whether it changed anything; a change
+    /// is logged as an [`Event`] and may change the aggregate.
+    fn update(
+        &self,
+        addr: SocketAddr,
+        to: &'static str,
+        change: impl FnOnce(&mut BTreeMap<SocketAddr, State>) -> bool,
+    ) {
         let Ok(mut states) = self.states.lock() else {
             return;
         };
-        change(&mut states);
+        if !change(&mut states) {
+            return;
+        }
+        if let Ok(mut events) = self.events.lock() {
+            if events.len() == EVENTS_KEPT {
+                events.pop_front();
+            }
+            let at_unix_s = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| (d.as_secs_f64() * 1e6).round() / 1e6);
+            events.push_back(Event {
+                at_unix_s,
+                addr,
+                to,
+            });
+        }
         // An empty set keeps the last aggregate: the resolver never applies
         // an empty answer, so this happens only while endpoints are swapped.
         if !states.is_empty() {
@@ -117,6 +166,14 @@ impl Registry {
                 changed
             });
         }
+    }
+
+    /// The last [`EVENTS_KEPT`] transitions, oldest first.
+    pub fn events(&self) -> Vec<Event> {
+        self.events
+            .lock()
+            .map(|e| e.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Each endpoint's state now.
@@ -156,5 +213,12 @@ mod tests {
         assert_eq!(*seen.borrow(), Aggregate::Ready);
         registry.remove(b);
         assert_eq!(*seen.borrow(), Aggregate::Failing);
+        // The same state twice is one transition.
+        registry.set(a, State::Failing);
+        let log: Vec<_> = registry.events().iter().map(|e| (e.addr, e.to)).collect();
+        assert_eq!(
+            log,
+            [(a, "failing"), (b, "failing"), (b, "ready"), (b, "removed")]
+        );
     }
 }

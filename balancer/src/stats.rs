@@ -10,7 +10,7 @@ use std::{
 
 use serde::Serialize;
 
-use crate::state::{Aggregate, State};
+use crate::state::{Aggregate, Event, State};
 
 /// Counters, added to with relaxed atomics: each is read alone.
 #[derive(Debug, Default)]
@@ -78,10 +78,18 @@ pub struct Stats {
     pub queue_full: u64,
     pub aggregate: Aggregate,
     pub endpoints: BTreeMap<SocketAddr, State>,
+    /// The last transitions of the endpoints' states, oldest first
+    /// (`state::EVENTS_KEPT` at most).
+    pub events: Vec<Event>,
 }
 
 impl Counters {
-    pub fn snapshot(&self, aggregate: Aggregate, endpoints: BTreeMap<SocketAddr, State>) -> Stats {
+    pub fn snapshot(
+        &self,
+        aggregate: Aggregate,
+        endpoints: BTreeMap<SocketAddr, State>,
+        events: Vec<Event>,
+    ) -> Stats {
         Stats {
             resolves: read(&self.resolves),
             early_resolves: read(&self.early_resolves),
@@ -101,6 +109,7 @@ impl Counters {
             queue_full: read(&self.queue_full),
             aggregate,
             endpoints,
+            events,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! the other, before the next phase starts, so both see the same machine.
 //! [`tls`] runs the same phases plaintext against TLS (`--tls-target`).
 
+pub mod balancer;
 pub mod tls;
 
 use std::{

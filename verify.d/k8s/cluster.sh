@@ -4,6 +4,8 @@
 #
 #   verify.d/k8s/cluster.sh up STATE_DIR      # prints KUBECONFIG=... on stdout
 #   verify.d/k8s/cluster.sh load STATE_DIR IMAGE_ARCHIVE...   # docker/podman save archives
+#   verify.d/k8s/cluster.sh dns STATE_DIR kubeadm|cached   # CoreDNS on that Corefile (see corefile)
+#   verify.d/k8s/cluster.sh pid STATE_DIR CONTAINER_ID   # a container's process, as the host sees it
 #   verify.d/k8s/cluster.sh down STATE_DIR    # stops everything it started, removes STATE_DIR
 #
 # What runs, all as processes of this machine, each started here and
@@ -42,7 +44,7 @@ say() { printf 'cluster: %s\n' "$*" >&2; }
 die() { say "$*"; exit 2; }
 
 usage() {
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -195,20 +197,51 @@ conntrack: { maxPerCore: 0 }
 metricsBindAddress: 127.0.0.1:10249
 healthzBindAddress: 127.0.0.1:10256
 EOF
+  corefile "$1" kubeadm
+}
+
+# corefile IP MODE: CoreDNS's configuration, as kubeadm v1.37.2 writes it
+# for the cluster zone (its upstream, health and metrics plugins left out:
+# nothing here needs them). MODE picks the cache on cluster names:
+#   kubeadm  `ttl 30`, cluster names not cached (kubeadm since
+#            kubernetes#128359): an answer is as fresh as the API's view;
+#   cached   `ttl 30` and `cache 30` over every name, as kubeadm wrote it
+#            before, and many clusters still run: an answer can be 30 s old.
+# docs/kubernetes.md derives the rows' bounds and the pods' preStop from these.
+corefile() {
+  local cache
+  case $2 in
+    kubeadm) cache="cache 30 {
+        disable success cluster.local
+        disable denial cluster.local
+    }" ;;
+    cached) cache="cache 30" ;;
+    *) die "unknown Corefile $2 (kubeadm or cached)" ;;
+  esac
   cat >"$S/Corefile" <<EOF
 .:53 {
     bind $1
     errors
-    # Service and pod names, with a 5 s TTL: a headless Service's answer
-    # changes as pods come and go.
     kubernetes cluster.local in-addr.arpa ip6.arpa {
         kubeconfig $S/kubeconfig routing-test
         pods insecure
-        ttl 5
         fallthrough in-addr.arpa ip6.arpa
+        ttl 30
     }
+    $cache
 }
 EOF
+}
+
+# dns MODE: CoreDNS again, on the Corefile MODE names (see corefile).
+dns() {
+  local ip b=$K8S_BIN_DIR
+  ip=$(node_ip)
+  corefile "$ip" "$1"
+  stop_pid coredns
+  start coredns "$b/coredns" -conf "$S/Corefile"
+  wait_for "CoreDNS" 20 bash -c "exec 3<>/dev/tcp/$ip/53"
+  say "CoreDNS on the $1 Corefile"
 }
 
 # The pause image: a static binary that sleeps until it is signalled, in a
@@ -385,6 +418,10 @@ S=$(mkdir -p "$S" && cd "$S" && pwd)
 case $cmd in
   up) up ;;
   load) shift 2; load "$@" ;;
+  dns) dns "${3:?kubeadm or cached}" ;;
+  # The host PID of a pod's container (its ID without containerd://), for
+  # rows that signal a pod's process from the node, as a dead node would.
+  pid) ctr_ tasks ls | awk -v id="${3:?a container ID}" '$1 == id { print $2 }' ;;
   down) down ;;
   *) usage ;;
 esac

@@ -102,6 +102,8 @@ use tower::{ServiceExt, util::BoxCloneSyncService};
 /// Pause between two calls of the aged phase: 20 ms, about 500 calls in
 /// 10 s, enough to see each connection's replica without loading anything.
 const AGED_PAUSE: Duration = Duration::from_millis(20);
+/// Failed calls whose end is timed in the report: the first 100.
+const FAILURES_TIMED: usize = 100;
 /// The chapter's client keepalive, as keepalive-client's.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -293,6 +295,10 @@ struct Spread {
     p99_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     first_error: Option<String>,
+    /// When the first failed calls ended, in seconds after the phase began
+    /// (at most FAILURES_TIMED): were they at a kill, or after it?
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    failed_at_s: Vec<f64>,
     total_s: f64,
 }
 
@@ -448,6 +454,9 @@ impl Tally {
                 .to_owned(),
             Err(status) => {
                 spread.failed += 1;
+                if spread.failed_at_s.len() < FAILURES_TIMED {
+                    spread.failed_at_s.push(seconds(self.started.elapsed()));
+                }
                 spread
                     .first_error
                     .get_or_insert_with(|| format!("{:?}: {}", status.code(), status.message()));

@@ -134,6 +134,10 @@
 //! Progress goes to stderr. Every run is bounded by a call count and by
 //! `--max-secs`; idle connections by `--idle-conns`.
 //!
+//! `bench balancer` is one too (`harness::bench::balancer`): the client's
+//! CPU per GetQuote through the client-side balancer (balancer/), beside a
+//! plain `Channel` and tonic's `balance_channel`, on three servers it starts.
+//!
 //! `bench folklore` is a command of its own (`harness::folklore`): it
 //! starts routing-server, stock tonic and the grpc-go peer itself and
 //! measures the folklore of `docs/folklore.md` on all three
@@ -185,6 +189,9 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     init_tracing();
+    if bench::balancer::is_balancer(std::env::args_os().nth(1).as_deref()) {
+        return bench::balancer::main(std::env::args_os().skip(1)).await;
+    }
     if harness::folklore::is_folklore(std::env::args_os().nth(1).as_deref()) {
         return harness::folklore::main(std::env::args_os().skip(1)).await;
     }
