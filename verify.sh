@@ -226,8 +226,8 @@ check() {
 }
 # jqn EXPR: evaluates a jq expression over no input (numbers, comparisons).
 jqn() { jq -rn "$@"; }
-# field NAME FILTER: reads one value from a captured JSON output (empty on error).
-field() { jq -r "$2" "$scratch/$1.out" 2>/dev/null || true; }
+# field NAME [JQ_ARGS...] FILTER: reads one value from a captured JSON output (empty on error).
+field() { local name=$1; shift; jq -r "$@" "$scratch/$name.out" 2>/dev/null || true; }
 
 summary=()
 note() { summary+=("$(layout 36 "$1" "$2")"); }

@@ -23,13 +23,14 @@
 K8S_DNS_CACHE_S_KUBEADM=0
 K8S_DNS_CACHE_S_CACHED=30
 K8S_RESOLVE_S=12
-# k5: a new pod turns Ready (up to 2 s: the readiness period), the change
-# reaches the balancer (above), it connects (1 s), and the poll sees its
-# counter move (2 s: 1 s scrapes, 1 s polls).
+# k5, from `kubectl scale` to the new pod's first call in the client's own
+# count: the pod is created, started and Ready (5 s: a second or two to
+# start, then the 2 s readiness period), the change reaches the balancer
+# (above), and it connects (1 s).
 k8s_new_pod_bound() { # MODE -> seconds
   local cache=$K8S_DNS_CACHE_S_CACHED
   [[ $1 == kubeadm ]] && cache=$K8S_DNS_CACHE_S_KUBEADM
-  echo $((2 + 1 + cache + K8S_RESOLVE_S + 1 + 2))
+  echo $((5 + 1 + cache + K8S_RESOLVE_S + 1))
 }
 K8S_K9_RUNS=${K8S_K9_RUNS:-1}              # k9 rollouts per Corefile (the issue's proof ran 3)
 K8S_KILL_FAILED_MAX=8                      # k10: the most calls the client can have in flight (--dns-concurrency)
@@ -107,6 +108,21 @@ a_server_pod() {
     -o jsonpath='{.items[0].metadata.name}'
 }
 
+# victim JOB SECS TIMEOUT_S: starts the balancer as Job JOB (100 calls/s
+# from 8 callers for SECS, each call's deadline TIMEOUT_S) and, once it is
+# calling, picks one server pod: its name, address and host PID in $pod,
+# $ip and $pid.
+pod='' ip='' pid=''
+victim() {
+  balancer_job "$1" "$2" 100 8 --call-timeout-secs "$3"
+  job_calling "$1"
+  sleep 3
+  pod=$(a_server_pod)
+  ip=$(kc get pod "$pod" -o jsonpath='{.status.podIP}')
+  pid=$(pod_pid "$pod")
+  [[ -n $pid ]] || die "$1: no host PID for pod $pod"
+}
+
 # ─── The rows ────────────────────────────────────────────────────────────────
 # k8s_corefile MODE: CoreDNS on MODE's Corefile (local cluster only).
 k8s_corefile() {
@@ -119,7 +135,7 @@ k8s_corefile() {
 # Service at once: the balancer (bound), tonic's balancer and grpc-go's
 # round_robin (printed).
 k9_rollout() {
-  local mode=$1 run=$2 d failed calls not_ready retried pods_before pods_after
+  local corefile=$1 run=$2 d failed calls not_ready retried pods_before pods_after
   pods_before=$(failed_calls)
   kc delete job balancer-rollout tonic-rollout ghz-rollout --ignore-not-found --wait=true >&2
   apply_file rollout-clients
@@ -136,36 +152,31 @@ k9_rollout() {
   retried=$(jq -r '.retried // empty' <<<"$d" 2>/dev/null || true)
   k8s_fresh 3
   pods_after=$(failed_calls)
-  check "k9 rollout, balancer ($mode, run $run)" \
+  check "k9 rollout, balancer ($corefile, run $run)" \
     "failed ${failed:-?} of ${calls:-?}, sent to a not-ready pod ${not_ready:-?}, resent unsent ${retried:-?}, pods' errors $(delta "$pods_before" "$pods_after")" \
     "0 and 0" "$([[ $failed == 0 && $not_ready == 0 && -n $calls && $calls != 0 ]] && echo true)" balancer-rollout
-  note "k9 $mode: tonic's balance_channel" "$(dns_of tonic-rollout '.phases.dns | "failed \(.failed) of \(.calls)\(if .first_error then " (\(.first_error))" else "" end)"')"
-  note "k9 $mode: grpc-go round_robin (ghz)" "$(ghz_line ghz-rollout)"
+  note "k9 $corefile: tonic's balance_channel" "$(dns_of tonic-rollout '.phases.dns | "failed \(.failed) of \(.calls)\(if .first_error then " (\(.first_error))" else "" end)"')"
+  note "k9 $corefile: grpc-go round_robin (ghz)" "$(ghz_line ghz-rollout)"
 }
 
 # k5 and k9 on the Corefile in force (MODE), after k4's first pass.
 kubernetes_balancer_dns_rows() {
-  local mode=$1 run
-  if [[ $mode == cached ]]; then
+  local corefile=$1 run
+  if [[ $corefile == cached ]]; then
     k8s_corefile cached
     kubernetes_dns_rows cached
   fi
-  for run in $(seq "$K8S_K9_RUNS"); do k9_rollout "$mode" "$run"; done
+  for run in $(seq "$K8S_K9_RUNS"); do k9_rollout "$corefile" "$run"; done
 }
 
 # k10: a pod's process killed with SIGKILL from the node, under the balancer.
 k10_kill() {
-  local pod pid t d started late n
+  local t d started late n
   if [[ -n $K8S_CONTEXT ]]; then
     note "k10 SIGKILL a pod's process" "not run: needs the node's shell (local cluster only)"
     return 0
   fi
-  balancer_job kill-client 30 100 8 --call-timeout-secs 5
-  job_calling kill-client
-  sleep 3
-  pod=$(a_server_pod)
-  pid=$(pod_pid "$pod")
-  [[ -n $pid ]] || die "k10: no host PID for pod $pod"
+  victim kill-client 30 5
   t=$(date +%s.%N)
   kill -KILL "$pid"
   job_wait kill-client
@@ -185,18 +196,12 @@ k10_kill() {
 # calls in flight on it end at their deadline (2 s); new calls avoid it once
 # keepalive or the readiness probe finds it, whichever is first.
 k11_stop() {
-  local pod pid ip t d started n events out_t out_to late
+  local t d started n events out_t out_to late
   if [[ -n $K8S_CONTEXT ]]; then
     note "k11 SIGSTOP a pod's process" "not run: needs the node's shell (local cluster only)"
     return 0
   fi
-  balancer_job stop-client 45 100 8 --call-timeout-secs 2
-  job_calling stop-client
-  sleep 3
-  pod=$(a_server_pod)
-  ip=$(kc get pod "$pod" -o jsonpath='{.status.podIP}')
-  pid=$(pod_pid "$pod")
-  [[ -n $pid ]] || die "k11: no host PID for pod $pod"
+  victim stop-client 45 2
   t=$(date +%s.%N)
   kill -STOP "$pid"
   # Past the readiness probe (2 x 2 s), the DNS and a resolve, short of

@@ -69,9 +69,12 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Peak EWMA's guess of a new endpoint's latency before it has answered:
-/// 30 ms, Linkerd's default. Lower, and a new pod takes a burst of calls
-/// before its first answer teaches the balancer anything.
-pub const EWMA_DEFAULT_RTT: Duration = Duration::from_millis(30);
+/// 1 ms, below a call inside a cluster, so that a new pod is tried at once
+/// and its first answers teach the balancer its real latency. Linkerd's
+/// 30 ms kept a new pod without calls here for about 30 s (row k5): its
+/// guess had to decay below the others' learned 1–2 ms first. The price of
+/// a low guess: a slow new pod takes a few calls before its first answer.
+pub const EWMA_DEFAULT_RTT: Duration = Duration::from_millis(1);
 /// How fast Peak EWMA forgets: 10 s, Linkerd's default. A slow pod's
 /// learned latency decays toward 0 over about this long without calls, so
 /// it is tried again now and then, and found slow or well again.

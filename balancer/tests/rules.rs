@@ -468,3 +468,33 @@ async fn equal_replicas_share_the_calls_under_each_pick() {
         eprintln!("{pick:?}: {per_replica:?}");
     }
 }
+
+/// Given one replica whose latency peak EWMA has learned, when a second
+/// joins the answer, it gets calls at once: a new endpoint's first guess
+/// (`EWMA_DEFAULT_RTT`) is below a learned one, not above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_endpoint_gets_calls_at_once_under_peak_ewma() {
+    let a = replica("a", Config::default()).await;
+    let resolver = Scripted::answering(&[a.addr()]);
+    let balancer = Balancer::start(resolver.clone(), None, fast(Pick::PeakEwma))
+        .await
+        .expect("starts");
+    let client = RoutingServiceClient::new(balancer.channel());
+    let (_, failures) = spread(&client, 100, 1).await;
+    assert!(failures.is_empty(), "{failures:?}");
+
+    let b = replica("b", Config::default()).await;
+    resolver.set(Ok(vec![a.addr(), b.addr()]));
+    until(&balancer, "b ready", |s| {
+        s.endpoints.get(&b.addr()) == Some(&State::Ready)
+    })
+    .await;
+    let (per_replica, failures) = spread(&client, 40, 1).await;
+
+    assert!(failures.is_empty(), "{failures:?}");
+    let to_b = per_replica.get("b").copied().unwrap_or(0);
+    assert!(
+        to_b >= 10,
+        "b got {to_b} of the next 40 calls: {per_replica:?}"
+    );
+}
