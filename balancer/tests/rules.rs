@@ -498,3 +498,63 @@ async fn a_new_endpoint_gets_calls_at_once_under_peak_ewma() {
         "b got {to_b} of the next 40 calls: {per_replica:?}"
     );
 }
+
+/// TLS to an address, checked against the name: a replica whose
+/// certificate names `routing.test` answers through a balancer that dials
+/// its address and checks `routing.test`; with another name the handshake
+/// fails, the endpoint is `failing`, and a call fails fast.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_is_dialled_by_address_and_checked_by_name() {
+    use routing_server::cmd::dev_cert;
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+
+    let made = dev_cert::generate(&["routing.test"]).expect("certificates");
+    let dir = std::env::temp_dir().join(format!("ready-balance-tls-{}", std::process::id()));
+    made.write_to(&dir).expect("written");
+    let config = Config {
+        tls_cert: Some(dir.join("server.pem")),
+        tls_key: Some(dir.join("server.key")),
+        ..Config::default()
+    };
+    let server = replica("tls", config).await;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(made.ca_pem.as_bytes()) {
+        roots.add(cert.expect("a PEM certificate")).expect("a CA");
+    }
+    let client_config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = |n: &str| ServerName::try_from(n.to_owned()).expect("a name");
+
+    let right = ready_balance::TlsTo::new(&client_config, name("routing.test"));
+    let balancer = Balancer::start(
+        Scripted::answering(&[server.addr()]),
+        Some(right),
+        fast(Pick::PeakEwma),
+    )
+    .await
+    .expect("starts");
+    let client = RoutingServiceClient::new(balancer.channel());
+    assert_eq!(call(&client).await.expect("the right name answers"), "tls");
+
+    let wrong = ready_balance::TlsTo::new(&client_config, name("other.test"));
+    let balancer = Balancer::start(
+        Scripted::answering(&[server.addr()]),
+        Some(wrong),
+        fast(Pick::PeakEwma),
+    )
+    .await
+    .expect("starts");
+    until(&balancer, "the wrong name failing", |s| {
+        s.aggregate == Aggregate::Failing
+    })
+    .await;
+    let client = RoutingServiceClient::new(balancer.channel());
+    let status = call(&client).await.expect_err("the wrong name is refused");
+    assert_eq!(status.code(), Code::Unavailable, "{status}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
