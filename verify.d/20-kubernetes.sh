@@ -17,7 +17,7 @@
 
 # ─── Bounds ──────────────────────────────────────────────────────────────────
 K8S_PINNED_SHARE=${K8S_PINNED_SHARE:-0.95}   # through ClusterIP, one channel: the busiest pod's share >= this
-K8S_SPREAD_SHARE=${K8S_SPREAD_SHARE:-0.20}   # headless + the re-resolving balancer: every pod's share >= this (an even share is 0.33)
+K8S_SPREAD_SHARE=${K8S_SPREAD_SHARE:-0.20}   # headless + the balancer: every pod's share >= this (an even share is 0.33)
 K8S_WORKERS_1CPU=${K8S_WORKERS_1CPU:-1}      # workers a pod with a 1-CPU limit runs
 K8S_WORKERS_2CPU=${K8S_WORKERS_2CPU:-2}      # ... and with a 2-CPU limit (on a node of at least 2 CPUs)
 

@@ -227,6 +227,9 @@ k11_stop() {
   kc rollout status deployment/routing --timeout="${K8S_READY_S}s" >&2 || true
 }
 
+# A dns phase's p50, p99 and the slow pod's share of its calls.
+K12_LINE='.phases.dns | "p50 \(.p50_ms) ms, p99 \(.p99_ms) ms, slow share \((.per_replica | to_entries | map(select(.key | startswith("routing-slow"))) | map(.value) | add // 0) / (.per_replica | map(.) | add) * 1000 | round / 10)%"'
+
 # k12: one slow pod of three (100 ms a call), 200 calls/s for 60 s, each
 # sent on time: p99 against the same client's p99 with three healthy pods,
 # and the slow pod's share; today's random pick, least request, ClusterIP
@@ -258,14 +261,14 @@ k12_slow() {
 
   # Beside it, shorter, printed.
   for name in least_request random; do
-    balancer_job "k12-$name" "$K8S_K12_SIDE_SECS" 200 16 --dns-pick "$name"
-    job_wait "k12-$name"
-    note "k12 balancer, $name pick" "$(dns_of "k12-$name" '.phases.dns | "p50 \(.p50_ms) ms, p99 \(.p99_ms) ms, slow share \((.per_replica | to_entries | map(select(.key | startswith("routing-slow"))) | map(.value) | add // 0) / (.per_replica | map(.) | add) * 1000 | round / 10)%"')"
+    balancer_job "k12-${name/_/-}" "$K8S_K12_SIDE_SECS" 200 16 --dns-pick "$name"
+    job_wait "k12-${name/_/-}"
+    note "k12 balancer, $name pick" "$(dns_of "k12-${name/_/-}" "$K12_LINE")"
   done
   balancer_job k12-tonic "$K8S_K12_SIDE_SECS" 200 16 --dns-balancer tonic
   job_wait k12-tonic
-  note "k12 tonic's balance_channel" "$(dns_of k12-tonic '.phases.dns | "p50 \(.p50_ms) ms, p99 \(.p99_ms) ms, slow share \((.per_replica | to_entries | map(select(.key | startswith("routing-slow"))) | map(.value) | add // 0) / (.per_replica | map(.) | add) * 1000 | round / 10)%"')"
-  for line in "clusterip routing:9000 --connections=4" "round_robin dns:///routing-headless:9000 --lb-strategy=round_robin"; do
+  note "k12 tonic's balance_channel" "$(dns_of k12-tonic "$K12_LINE")"
+  for line in "clusterip routing:9000 --connections=4" "round-robin dns:///routing-headless:9000 --lb-strategy=round_robin"; do
     read -r name target extra <<<"$line"
     before=$(calls_by_pod)
     ghz_job "k12-$name" "$K8S_K12_SIDE_SECS" 200 16 "$target" "$extra"

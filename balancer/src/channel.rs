@@ -1,7 +1,8 @@
 //! [`BalancedChannel`]: what a tonic client is built on, as it would be on
 //! a `Channel`. Each call gets the name's scheme and authority, then waits
 //! in the queue for a pick, unless every endpoint is failing and it did
-//! not ask to wait for ready.
+//! not ask to wait for ready; a call with a deadline (`grpc-timeout`) ends
+//! at it, in the queue or on the wire ([`crate::deadline`]).
 
 use std::{
     future::Future,
@@ -17,6 +18,7 @@ use tower::Service;
 use crate::{
     BoxError,
     connect::{Body, set_origin},
+    deadline,
     queue::{Call, all_failing},
     state::Aggregate,
     stats::{Counters, bump},
@@ -61,6 +63,7 @@ impl Service<http::Request<Body>> for BalancedChannel {
             return fail(tonic::Status::internal(format!("bad request URI: {e}")));
         }
         let wait_for_ready = request.extensions().get::<WaitForReady>().is_some();
+        let limit = deadline::of(&request);
         if !wait_for_ready && *self.aggregate.borrow() == Aggregate::Failing {
             bump(&self.counters.failed_fast);
             return fail(all_failing());
@@ -83,11 +86,22 @@ impl Service<http::Request<Body>> for BalancedChannel {
                 return fail(tonic::Status::unavailable("the balancer has stopped"));
             }
         }
-        Box::pin(async move {
+        let call = async move {
             match picked.await {
                 Ok(Ok(sent)) => sent.await,
                 Ok(Err(status)) => Err(status.into()),
                 Err(_) => Err(tonic::Status::unavailable("the balancer has stopped").into()),
+            }
+        };
+        Box::pin(async move {
+            match limit {
+                None => call.await,
+                Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+                    Err(tonic::Status::deadline_exceeded(format!(
+                        "the call's deadline ({limit:?}, grpc-timeout) passed in the client"
+                    ))
+                    .into())
+                }),
             }
         })
     }

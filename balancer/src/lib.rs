@@ -14,6 +14,7 @@
 //! - [`queue`]: the waiting calls and the task that picks for them.
 //! - [`health`]: gRFC A17's watch.
 //! - [`channel`]: [`BalancedChannel`], what a tonic client is built on.
+//! - [`deadline`]: a call's `grpc-timeout`, kept in the client.
 //! - [`stats`]: the counters, as [`Stats`].
 //! - [`backoff`]: gRPC's connection backoff.
 
@@ -21,6 +22,7 @@ pub mod backoff;
 pub mod changes;
 pub mod channel;
 pub mod connect;
+pub mod deadline;
 pub mod discovery;
 pub mod health;
 pub mod knobs;
