@@ -186,7 +186,7 @@ k10_kill() {
   # Failures that ended more than 1 s after the kill: calls sent after it.
   late=$(jq -r --argjson k "$t" --argjson s "$started" '[.failed_at_s[]? | select($s + . > $k + 1)] | length' <<<"$d")
   check "k10 SIGKILL: failed <= calls in flight, none after" \
-    "failed ${n:-?} ($(jq -r --argjson k "$t" --argjson s "$started" '[.failed_at_s[]? | ($s + . - $k) * 1000 | round / 1000] | map("+\(.) s") | join(", ")' <<<"$d")), ${late:-?} after 1 s" \
+    "failed ${n:-?} ($(jq -r --argjson k "$t" --argjson s "$started" '[.failed_at_s[]? | ($s + . - $k) * 1000 | round / 1000] | map("+\(.) s") | join(", ")' <<<"$d")), ${late:-?} after 1 s, not-ready sends $(jq -r '.balancer.calls_not_ready' <<<"$d")" \
     "<= $K8S_KILL_FAILED_MAX, 0 after" \
     "$([[ -n $n && -n $late ]] && ((n <= K8S_KILL_FAILED_MAX && late == 0)) && echo true)" kill-client
   kc rollout status deployment/routing --timeout="${K8S_READY_S}s" >&2 || true
@@ -221,7 +221,7 @@ k11_stop() {
   late=$(jq -r --argjson k "$t" --argjson s "$started" --argjson o "${out_t:-1e9}" \
     '[.failed_at_s[]? | select($s + . > $k + $o + 3)] | length' <<<"$d")
   check "k11 SIGSTOP: avoided once found, no failure after" \
-    "out after ${out_t:-?} s by $([[ $out_to == removed ]] && echo "the readiness probe (DNS)" || echo "keepalive (${out_to:-?})"); failed ${n:-?}, ${late:-?} after" \
+    "out after ${out_t:-?} s by $([[ $out_to == removed ]] && echo "the readiness probe (DNS)" || echo "keepalive (${out_to:-?})"); failed ${n:-?}, ${late:-?} after; not-ready sends $(jq -r '.balancer.calls_not_ready' <<<"$d")" \
     "found, 0 failures after it + 2 s" \
     "$([[ -n $out_t && $late == 0 ]] && echo true)" stop-client
   kc rollout status deployment/routing --timeout="${K8S_READY_S}s" >&2 || true
@@ -255,7 +255,7 @@ k12_slow() {
   slow=$(dns_of k12-slow)
   p99s=$(jq -r '.p99_ms // empty' <<<"$slow")
   share=$(jq -r '(.per_replica | to_entries | map(select(.key | startswith("routing-slow"))) | map(.value) | add // 0) / ((.per_replica | map(.) | add) // 1) | . * 1000 | round / 1000' <<<"$slow")
-  check "k12 one slow pod: p99 vs healthy" "${p99s:-?} ms vs ${p99h:-?} ms, slow share $(pct "${share:-1}")%, failed $(jq -r '.failed' <<<"$slow")" \
+  check "k12 one slow pod: p99 vs healthy" "${p99s:-?} ms vs ${p99h:-?} ms, slow share $(pct "${share:-1}")%, failed $(jq -r '.failed' <<<"$slow"), not-ready sends $(jq -r '.balancer.calls_not_ready' <<<"$slow")" \
     "<= ${K8S_SLOW_P99_RATIO}x, share <= $(pct "$K8S_SLOW_SHARE_MAX")%" \
     "$([[ -n $p99s && -n $p99h && -n $share ]] && jqn --argjson s "$p99s" --argjson h "$p99h" --argjson r "$K8S_SLOW_P99_RATIO" --argjson f "$share" --argjson m "$K8S_SLOW_SHARE_MAX" '$s <= $h * $r and $f <= $m')" k12-slow k12-healthy
 

@@ -119,9 +119,23 @@ impl Default for Registry {
 }
 
 impl Registry {
-    pub fn set(&self, addr: SocketAddr, state: State) {
+    /// Registers a new endpoint.
+    pub fn insert(&self, addr: SocketAddr, state: State) {
         self.update(addr, state.name(), |states| {
             states.insert(addr, state) != Some(state)
+        });
+    }
+
+    /// A registered endpoint's new state. An address no longer registered
+    /// is left out: its task, ended when the address left the answer, may
+    /// still publish once before it stops.
+    pub fn set(&self, addr: SocketAddr, state: State) {
+        self.update(addr, state.name(), |states| match states.get_mut(&addr) {
+            Some(now) if *now != state => {
+                *now = state;
+                true
+            }
+            _ => false,
         });
     }
 
@@ -206,15 +220,17 @@ mod tests {
             SocketAddr::from(([127, 0, 0, 1], 1)),
             SocketAddr::from(([127, 0, 0, 1], 2)),
         );
-        registry.set(a, State::Failing);
-        registry.set(b, State::Failing);
+        registry.insert(a, State::Failing);
+        registry.insert(b, State::Failing);
         assert_eq!(*seen.borrow(), Aggregate::Failing);
         registry.set(b, State::Ready);
         assert_eq!(*seen.borrow(), Aggregate::Ready);
         registry.remove(b);
         assert_eq!(*seen.borrow(), Aggregate::Failing);
-        // The same state twice is one transition.
+        // The same state twice is one transition; a removed address's
+        // late news is left out.
         registry.set(a, State::Failing);
+        registry.set(b, State::Ready);
         let log: Vec<_> = registry.events().iter().map(|e| (e.addr, e.to)).collect();
         assert_eq!(
             log,

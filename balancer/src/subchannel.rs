@@ -69,7 +69,7 @@ pub fn start(addr: SocketAddr, shared: Shared) -> (Endpoint, tokio::task::JoinHa
         sender: None,
         generation: 0,
     });
-    shared.registry.set(addr, State::Connecting);
+    shared.registry.insert(addr, State::Connecting);
     let counters = Arc::clone(&shared.counters);
     let task = tokio::spawn(keep_connected(addr, shared, publish));
     (Endpoint::new(watching, counters), task)
