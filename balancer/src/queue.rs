@@ -101,7 +101,13 @@ pub async fn run(
         tokio::select! {
             biased;
             ready = std::future::poll_fn(|cx| picker.poll_ready(cx)) => {
-                let Some(call) = waiting.pop_front() else { continue };
+                // The first call whose caller still waits: one that gave up
+                // while the picker was not ready is sent nowhere.
+                let Some(call) = std::iter::from_fn(|| waiting.pop_front())
+                    .find(|call| !call.reply.is_closed())
+                else {
+                    continue;
+                };
                 match ready {
                     Ok(()) => {
                         let sent: Sent = Box::pin(picker.call(call.request));
