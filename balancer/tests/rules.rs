@@ -73,6 +73,18 @@ async fn replica(name: &str, config: Config) -> LocalServer {
     LocalServer::start(config).await.expect("server starts")
 }
 
+/// Replica `a`, which drains for `drain_secs` when shut down, and `b`.
+async fn draining_and_steady(drain_secs: u64) -> (LocalServer, LocalServer) {
+    let draining = Config {
+        drain_secs,
+        ..Config::default()
+    };
+    (
+        replica("a", draining).await,
+        replica("b", Config::default()).await,
+    )
+}
+
 /// An address nothing listens on: bound, then let go.
 fn refusing() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -215,14 +227,7 @@ async fn a_refusing_endpoint_is_never_picked() {
 /// the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_goaway_the_endpoint_is_not_picked() {
-    let draining = Config {
-        drain_secs: 1,
-        ..Config::default()
-    };
-    let (a, b) = (
-        replica("a", draining).await,
-        replica("b", Config::default()).await,
-    );
+    let (a, b) = draining_and_steady(1).await;
     let resolver = Scripted::answering(&[a.addr(), b.addr()]);
     let balancer = Balancer::start(resolver, None, fast(Pick::PeakEwma))
         .await
@@ -431,14 +436,7 @@ async fn a_failed_resolve_keeps_the_last_good_set() {
 /// NOT_SERVING on its health service, and is not picked from then on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a17_not_serving_is_not_picked() {
-    let draining = Config {
-        drain_secs: 3,
-        ..Config::default()
-    };
-    let (a, b) = (
-        replica("a", draining).await,
-        replica("b", Config::default()).await,
-    );
+    let (a, b) = draining_and_steady(3).await;
     let knobs = Knobs {
         health_service: Some(String::new()),
         ..fast(Pick::PeakEwma)
