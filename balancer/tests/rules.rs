@@ -73,6 +73,17 @@ async fn replica(name: &str, config: Config) -> LocalServer {
     LocalServer::start(config).await.expect("server starts")
 }
 
+/// A balancer over `resolver`'s answers, and a client on its channel.
+async fn start(
+    resolver: Scripted,
+    tls: Option<ready_balance::TlsTo>,
+    knobs: Knobs,
+) -> (Balancer, Client) {
+    let balancer = Balancer::start(resolver, tls, knobs).await.expect("starts");
+    let client = RoutingServiceClient::new(balancer.channel());
+    (balancer, client)
+}
+
 /// Replica `a`, which drains for `drain_secs` when shut down, and `b`.
 async fn draining_and_steady(drain_secs: u64) -> (LocalServer, LocalServer) {
     let draining = Config {
@@ -201,10 +212,7 @@ async fn a_refusing_endpoint_is_never_picked() {
     );
     let dead = refusing();
     let resolver = Scripted::answering(&[a.addr(), b.addr(), dead]);
-    let balancer = Balancer::start(resolver, None, fast(Pick::LeastRequest))
-        .await
-        .expect("starts");
-    let client = RoutingServiceClient::new(balancer.channel());
+    let (balancer, client) = start(resolver, None, fast(Pick::LeastRequest)).await;
 
     let (per_replica, failures) = spread(&client, 120, 4).await;
 
@@ -229,10 +237,7 @@ async fn a_refusing_endpoint_is_never_picked() {
 async fn after_a_goaway_the_endpoint_is_not_picked() {
     let (a, b) = draining_and_steady(1).await;
     let resolver = Scripted::answering(&[a.addr(), b.addr()]);
-    let balancer = Balancer::start(resolver, None, fast(Pick::PeakEwma))
-        .await
-        .expect("starts");
-    let client = RoutingServiceClient::new(balancer.channel());
+    let (balancer, client) = start(resolver, None, fast(Pick::PeakEwma)).await;
     let (warm, failures) = spread(&client, 60, 2).await;
     assert!(
         failures.is_empty() && warm.len() == 2,
@@ -305,10 +310,7 @@ async fn the_less_loaded_endpoint_wins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_every_endpoint_fails_calls_fail_fast_unless_they_wait_for_ready() {
     let resolver = Scripted::answering(&[refusing(), refusing()]);
-    let balancer = Balancer::start(resolver.clone(), None, fast(Pick::PeakEwma))
-        .await
-        .expect("starts");
-    let client = RoutingServiceClient::new(balancer.channel());
+    let (balancer, client) = start(resolver.clone(), None, fast(Pick::PeakEwma)).await;
     until(&balancer, "every endpoint failing", |s| {
         s.aggregate == Aggregate::Failing
     })
@@ -366,10 +368,7 @@ async fn a_silent_listener_is_never_ready() {
         connect_timeout: Duration::from_secs(5),
         ..fast(Pick::PeakEwma)
     };
-    let balancer = Balancer::start(Scripted::answering(&[silent_addr]), None, knobs)
-        .await
-        .expect("starts");
-    let client = RoutingServiceClient::new(balancer.channel());
+    let (balancer, client) = start(Scripted::answering(&[silent_addr]), None, knobs).await;
 
     let mut with_deadline = tonic::Request::new(request());
     with_deadline.set_timeout(Duration::from_millis(300));
@@ -403,10 +402,7 @@ async fn a_silent_listener_is_never_ready() {
 async fn a_failed_resolve_keeps_the_last_good_set() {
     let a = replica("a", Config::default()).await;
     let resolver = Scripted::answering(&[a.addr()]);
-    let balancer = Balancer::start(resolver.clone(), None, fast(Pick::PeakEwma))
-        .await
-        .expect("starts");
-    let client = RoutingServiceClient::new(balancer.channel());
+    let (balancer, client) = start(resolver.clone(), None, fast(Pick::PeakEwma)).await;
 
     for (answer, counted) in [
         (Err(ResolveError::NxDomain("routing.test".into())), 0),
@@ -441,10 +437,7 @@ async fn a17_not_serving_is_not_picked() {
         health_service: Some(String::new()),
         ..fast(Pick::PeakEwma)
     };
-    let balancer = Balancer::start(Scripted::answering(&[a.addr(), b.addr()]), None, knobs)
-        .await
-        .expect("starts");
-    let client = RoutingServiceClient::new(balancer.channel());
+    let (balancer, client) = start(Scripted::answering(&[a.addr(), b.addr()]), None, knobs).await;
     until(&balancer, "both ready", |s| {
         s.endpoints.values().all(|&e| e == State::Ready)
     })
@@ -482,10 +475,7 @@ async fn equal_replicas_share_the_calls_under_each_pick() {
     // answer early on cannot decide the shares.
     const CALLS: u32 = 600;
     for pick in [Pick::PeakEwma, Pick::LeastRequest, Pick::Random] {
-        let balancer = Balancer::start(Scripted::answering(&addrs), None, fast(pick))
-            .await
-            .expect("starts");
-        let client = RoutingServiceClient::new(balancer.channel());
+        let (_balancer, client) = start(Scripted::answering(&addrs), None, fast(pick)).await;
         let mut per_replica: BTreeMap<String, u32> = BTreeMap::new();
         let mut pace = tokio::time::interval(Duration::from_millis(10));
         for _ in 0..CALLS {
@@ -519,10 +509,7 @@ async fn equal_replicas_share_the_calls_under_each_pick() {
 async fn a_new_endpoint_gets_calls_at_once_under_peak_ewma() {
     let a = replica("a", Config::default()).await;
     let resolver = Scripted::answering(&[a.addr()]);
-    let balancer = Balancer::start(resolver.clone(), None, fast(Pick::PeakEwma))
-        .await
-        .expect("starts");
-    let client = RoutingServiceClient::new(balancer.channel());
+    let (balancer, client) = start(resolver.clone(), None, fast(Pick::PeakEwma)).await;
     let (_, failures) = spread(&client, 100, 1).await;
     assert!(failures.is_empty(), "{failures:?}");
 
@@ -576,14 +563,12 @@ async fn tls_is_dialled_by_address_and_checked_by_name() {
     let name = |n: &str| ServerName::try_from(n.to_owned()).expect("a name");
 
     let right = ready_balance::TlsTo::new(&client_config, name("routing.test"));
-    let balancer = Balancer::start(
+    let (_balancer, client) = start(
         Scripted::answering(&[server.addr()]),
         Some(right),
         fast(Pick::PeakEwma),
     )
-    .await
-    .expect("starts");
-    let client = RoutingServiceClient::new(balancer.channel());
+    .await;
     assert_eq!(call(&client).await.expect("the right name answers"), "tls");
 
     let wrong = ready_balance::TlsTo::new(&client_config, name("other.test"));
