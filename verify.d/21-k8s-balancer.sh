@@ -34,7 +34,12 @@ k8s_new_pod_bound() { # MODE -> seconds
 }
 K8S_K9_RUNS=${K8S_K9_RUNS:-1}              # k9 rollouts per Corefile (the issue's proof ran 3)
 K8S_KILL_FAILED_MAX=8                      # k10: the most calls the client can have in flight (--dns-concurrency)
-K8S_SLOW_P99_RATIO=${K8S_SLOW_P99_RATIO:-1.25}  # k12: p99 with one slow pod <= this x p99 with none
+# k12: p99 with one slow pod <= this share of its delay. Below a tenth of
+# 100 ms, fewer than 1 % of the calls waited on it; the other clients' p99
+# is the delay itself. Not a ratio to the healthy run's p99: two
+# sub-millisecond p99s on a 2-core node swung from 0.4x to 1.45x between runs.
+K8S_SLOW_P99_OF_DELAY=${K8S_SLOW_P99_OF_DELAY:-0.1}
+K8S_SLOW_DELAY_MS=$(sed -n 's/.*ROUTING_FAULT_DELAY_MS, value: "\([0-9]*\)".*/\1/p' deploy/k8s/jobs/slow-replica.yaml)
 K8S_SLOW_SHARE_MAX=${K8S_SLOW_SHARE_MAX:-0.02}  # k12: the slow pod's share of the calls <= this
 K8S_K12_SECS=${K8S_K12_SECS:-60}           # k12: seconds per measured run (the bound's two)
 K8S_K12_SIDE_SECS=${K8S_K12_SIDE_SECS:-20} # k12: seconds per run beside it (printed, not bound)
@@ -231,8 +236,8 @@ k11_stop() {
 K12_LINE='.phases.dns | "p50 \(.p50_ms) ms, p99 \(.p99_ms) ms, slow share \((.per_replica | to_entries | map(select(.key | startswith("routing-slow"))) | map(.value) | add // 0) / (.per_replica | map(.) | add) * 1000 | round / 10)%"'
 
 # k12: one slow pod of three (100 ms a call), 200 calls/s for 60 s, each
-# sent on time: p99 against the same client's p99 with three healthy pods,
-# and the slow pod's share; today's random pick, least request, ClusterIP
+# sent on time: p99 against the slow pod's delay (the same client's p99
+# with three healthy pods printed beside it), and the slow pod's share; today's random pick, least request, ClusterIP
 # and grpc-go's round_robin beside it.
 k12_slow() {
   local healthy slow p99h p99s share old before after sh name line
@@ -255,9 +260,9 @@ k12_slow() {
   slow=$(dns_of k12-slow)
   p99s=$(jq -r '.p99_ms // empty' <<<"$slow")
   share=$(jq -r '(.per_replica | to_entries | map(select(.key | startswith("routing-slow"))) | map(.value) | add // 0) / ((.per_replica | map(.) | add) // 1) | . * 1000 | round / 1000' <<<"$slow")
-  check "k12 one slow pod: p99 vs healthy" "${p99s:-?} ms vs ${p99h:-?} ms, slow share $(pct "${share:-1}")%, failed $(jq -r '.failed' <<<"$slow"), not-ready sends $(jq -r '.balancer.calls_not_ready' <<<"$slow")" \
-    "<= ${K8S_SLOW_P99_RATIO}x, share <= $(pct "$K8S_SLOW_SHARE_MAX")%" \
-    "$([[ -n $p99s && -n $p99h && -n $share ]] && jqn --argjson s "$p99s" --argjson h "$p99h" --argjson r "$K8S_SLOW_P99_RATIO" --argjson f "$share" --argjson m "$K8S_SLOW_SHARE_MAX" '$s <= $h * $r and $f <= $m')" k12-slow k12-healthy
+  check "k12 one slow pod ($K8S_SLOW_DELAY_MS ms): p99" "${p99s:-?} ms (${p99h:-?} ms with none), slow share $(pct "${share:-1}")%, failed $(jq -r '.failed' <<<"$slow"), not-ready sends $(jq -r '.balancer.calls_not_ready' <<<"$slow")" \
+    "<= $(jqn --argjson d "$K8S_SLOW_DELAY_MS" --argjson r "$K8S_SLOW_P99_OF_DELAY" '$d * $r') ms, share <= $(pct "$K8S_SLOW_SHARE_MAX")%" \
+    "$([[ -n $p99s && -n $share ]] && jqn --argjson s "$p99s" --argjson d "$K8S_SLOW_DELAY_MS" --argjson r "$K8S_SLOW_P99_OF_DELAY" --argjson f "$share" --argjson m "$K8S_SLOW_SHARE_MAX" '$s <= $d * $r and $f <= $m')" k12-slow k12-healthy
 
   # Beside it, shorter, printed.
   for name in least_request random; do
