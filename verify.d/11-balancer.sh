@@ -26,6 +26,8 @@ BALANCE_CALLS=${BALANCE_CALLS:-300}       # calls per balance-client phase
 AGED_SECS=${AGED_SECS:-12}                # l4_aged calls for this long (s): 3 ages of 3 s (+10 % jitter: 9.9 s at most) end within it, so every replica gets a turn and sends its GOAWAY (11d2)
 LB_AGE_SECS=3                             # the aged replicas' --max-connection-age-secs (±10 % jitter)
 LB_GRACE_SECS=2                           # and --max-connection-age-grace-secs
+GHZ_AGED_SECS=${GHZ_AGED_SECS:-15}        # 11d3: ghz (a grpc-go client) through L4 to the aged replicas for this long, 10 calls in flight: ~5 ages
+GHZ_AGED_FAILED_MAX=${GHZ_AGED_FAILED_MAX:-5} # 11d3: ghz's failed count <= this, one per age: ghz counts each attempt that grpc-go retried transparently (none is a failed call; docs/balancing.md)
 # The keepalive row (11e) uses lb/haproxy.cfg's *_short frontends: 6 s idle
 # timeouts, below the 8 s gap (IDLE_SECS) and above the client's 5 s keepalive.
 
@@ -109,6 +111,18 @@ balancer_rows() {
     "$(jqn --argjson s "$aged" --argjson k "$AGED_SHARE" --argjson g "${aged_replicas:-0}" '$s.shares[0] >= $k and ($s.calls | length) == 3 and $g == 3')" lb_aged
   note "aged: GOAWAYs / reconnects / calls / retried" \
     "$(field lb_aged '.phases.l4_aged | "\(.goaways) / \(.reconnects) / \(.calls) / \(.retried)"')"
+
+  # A stock grpc-go client (ghz 0.121, grpc-go 1.56) at the same ages, 10
+  # calls in flight on one connection. --duration-stop=wait: ghz's default
+  # (close) ends calls in flight itself when it stops, which is not an age.
+  capture ghz_aged ghz_ --insecure \
+    --proto "$proto_dir/shipping/routing/v1/routing_service.proto" --import-paths "$proto_dir" \
+    --call "$SERVICE.GetQuote" -d "$QUOTE_JSON" --connections 1 -c 10 -z "${GHZ_AGED_SECS}s" \
+    --duration-stop=wait --timeout 10s -O json "$LB_L4_AGED"
+  check "11d3 ghz (grpc-go) at the ages, ${GHZ_AGED_SECS}s" \
+    "$(field ghz_aged '(.statusCodeDistribution | to_entries | map("\(.key)=\(.value)") | join(","))')" \
+    "not OK <= $GHZ_AGED_FAILED_MAX" \
+    "$(field ghz_aged --argjson k "$GHZ_AGED_FAILED_MAX" '(.statusCodeDistribution.OK // 0) > 0 and .count - (.statusCodeDistribution.OK // 0) <= $k')" ghz_aged
 
   capture lb_idle balance_ --phases l4_idle,l7_idle --l4-short "$LB_L4_SHORT" --l7-short "$LB_L7_SHORT" \
     --idle-gap-secs "$IDLE_SECS"
