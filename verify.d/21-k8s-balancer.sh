@@ -237,8 +237,9 @@ K12_LINE='.phases.dns | "p50 \(.p50_ms) ms, p99 \(.p99_ms) ms, slow share \((.pe
 
 # k12: one slow pod of three (100 ms a call), 200 calls/s for 60 s, each
 # sent on time: p99 against the slow pod's delay (the same client's p99
-# with three healthy pods printed beside it), and the slow pod's share; today's random pick, least request, ClusterIP
-# and grpc-go's round_robin beside it.
+# with three healthy pods printed beside it), and the slow pod's share;
+# today's random pick, least request, ClusterIP and grpc-go's round_robin
+# beside it.
 k12_slow() {
   local healthy slow p99h p99s share old before after sh name line
   balancer_job k12-healthy "$K8S_K12_SECS" 200 16
