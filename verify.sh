@@ -373,7 +373,7 @@ for try in $(seq "$TIMING_ATTEMPTS"); do
     -c "$GHZ_CONCURRENCY" -n "$GHZ_TOTAL" --timeout 10s -O json "$target"
   # ghz exits 0 even when every call failed: read the status distribution.
   ok_count=$(field ghz '.statusCodeDistribution.OK // 0')
-  codes=$(field ghz '.statusCodeDistribution | to_entries | map("\(.key)=\(.value)") | join(",")')
+  codes=$(status_codes ghz)
   count=$(field ghz .count)
   check "9a ghz GetQuote: every call OK" "${codes:-exit $rc}, count ${count:-?}" "OK=$GHZ_TOTAL, count $GHZ_TOTAL" \
     "$([[ $ok_count == "$GHZ_TOTAL" && $count == "$GHZ_TOTAL" ]] && echo true)" ghz

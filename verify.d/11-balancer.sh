@@ -120,7 +120,7 @@ balancer_rows() {
     --call "$SERVICE.GetQuote" -d "$QUOTE_JSON" --connections 1 -c 10 -z "${GHZ_AGED_SECS}s" \
     --duration-stop=wait --timeout 10s -O json "$LB_L4_AGED"
   check "11d3 ghz (grpc-go) at the ages, ${GHZ_AGED_SECS}s" \
-    "$(field ghz_aged '(.statusCodeDistribution | to_entries | map("\(.key)=\(.value)") | join(","))')" \
+    "$(status_codes ghz_aged)" \
     "not OK <= $GHZ_AGED_FAILED_MAX" \
     "$(field ghz_aged --argjson k "$GHZ_AGED_FAILED_MAX" '(.statusCodeDistribution.OK // 0) > 0 and .count - (.statusCodeDistribution.OK // 0) <= $k')" ghz_aged
 

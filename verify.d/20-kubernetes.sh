@@ -354,7 +354,7 @@ kubernetes_rollout_rows() {
   capture k8s_restart_status kc rollout status deployment/routing --timeout="${K8S_READY_S}s"
   job_wait steady-load
   ok_count=$(field steady-load '.statusCodeDistribution.OK // 0')
-  codes=$(field steady-load '.statusCodeDistribution | to_entries | map("\(.key)=\(.value)") | join(",")')
+  codes=$(status_codes steady-load)
   count=$(field steady-load .count)
   check "k6 rollout restart under ghz: every call OK" "${codes:-none}, count ${count:-?}" "OK = count > 0" \
     "$([[ -n $count && $count != 0 && $ok_count == "$count" ]] && echo true)" steady-load k8s_restart_status

@@ -73,6 +73,8 @@ check() {
 jqn() { jq -rn "$@"; }
 # field NAME [JQ_ARGS...] FILTER: reads one value from a captured JSON output (empty on error).
 field() { local name=$1; shift; jq -r "$@" "$scratch/$name.out" 2>/dev/null || true; }
+# status_codes NAME: a captured ghz report's status distribution, "OK=n,Unavailable=m".
+status_codes() { field "$1" '.statusCodeDistribution | to_entries | map("\(.key)=\(.value)") | join(",")'; }
 
 note() { summary+=("$(layout 36 "$1" "$2")"); }
 # timings NAME: a client's median and total call times. Seconds in the
