@@ -42,6 +42,9 @@ UP_TIMEOUT_S=${UP_TIMEOUT_S:-120}
 
 say() { printf 'cluster: %s\n' "$*" >&2; }
 die() { say "$*"; exit 2; }
+# host_save and host_restore: what the cluster changes on the host, put back.
+# shellcheck source=verify.d/k8s/host.sh
+source "$(dirname "$0")/host.sh"
 
 usage() {
   sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -196,6 +199,10 @@ conntrack: { maxPerCore: 0 }
 # Loopback only; the defaults bind every address.
 metricsBindAddress: 127.0.0.1:10249
 healthzBindAddress: 127.0.0.1:10256
+# No NodePort on 127.0.0.1: kube-proxy would set route_localnet=1 on the
+# host, which lets the local network reach services bound to loopback
+# (CVE-2020-8558). Nothing here uses a NodePort.
+iptables: { localhostNodePorts: false }
 EOF
   corefile "$1" kubeadm
 }
@@ -266,6 +273,8 @@ func main() {
 EOF
   (cd "$d" && printf 'module pause\n\ngo 1.21\n' >go.mod && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o pause .)
   printf 'FROM scratch\nCOPY pause /pause\nENTRYPOINT ["/pause"]\n' >"$d/Containerfile"
+  # Removed at `down` if this run made it; a reader's own copy stays.
+  "$engine" image inspect localhost/routing-pause:1 >/dev/null 2>&1 || echo "$engine" >"$S/pause-built-by"
   "$engine" build --quiet -t localhost/routing-pause:1 -f "$d/Containerfile" "$d" >/dev/null
   "$engine" save -o "$d/pause.tar" localhost/routing-pause:1
   ctr_ images import "$d/pause.tar" >/dev/null
@@ -298,6 +307,9 @@ up() {
   # Pods reach each other and Services through the bridge: forwarding on,
   # and bridged traffic through iptables (kube-proxy's rules). A FORWARD
   # policy of DROP (left by a Docker engine) would silently drop it all.
+  # All of it, and what the kubelet and kube-proxy change, is saved first
+  # and put back by `down` (host.sh).
+  host_save "$S/host"
   sysctl -qw net.ipv4.ip_forward=1
   sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
   iptables -P FORWARD ACCEPT
@@ -362,6 +374,7 @@ stop_pid() {
 
 down() {
   [[ -d $S ]] || return 0
+  say "stopping: the run's namespaces, its processes, then the host as it was"
   local k=$S/kubeconfig
   if [[ -f $k ]] && kubectl --kubeconfig "$k" get --raw /readyz >/dev/null 2>&1; then
     # Every namespace the run made, so the kubelet stops each pod itself
@@ -375,9 +388,9 @@ down() {
     kubectl --kubeconfig "$k" delete namespace -l routing-test=true --wait=true --timeout=60s >/dev/null 2>&1 || true
   fi
   stop_pid coredns
+  # Not `kube-proxy --cleanup`: it deletes every KUBE-* chain, another
+  # cluster's too. host_restore, below, removes this run's.
   stop_pid kube-proxy
-  # kube-proxy's chains: it removes them itself with --cleanup.
-  if [[ -x $K8S_BIN_DIR/kube-proxy ]]; then "$K8S_BIN_DIR/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
   stop_pid kubelet
   # Any container still running: its task, then its container.
   if [[ -S $S/containerd/containerd.sock ]]; then
@@ -407,11 +420,13 @@ down() {
     grep -qxF "$m" "$S/netns-before" 2>/dev/null || ip netns delete "$(basename "$m")" 2>/dev/null || true
   done
   ip link delete "$BRIDGE" 2>/dev/null || true
-  # Every KUBE-* chain and every rule that jumps to one (kube-proxy's
-  # --cleanup leaves its KUBE-FIREWALL, the kubelet its canaries): the
-  # rules as they are, less those lines, restored in one go.
-  if iptables-save | grep -q -- 'KUBE-'; then
-    iptables-save | grep -v -- 'KUBE-' | iptables-restore || say "could not remove the KUBE-* iptables rules"
+  # The rules and chains this run added, its sysctls (host.sh), and the
+  # pause image if this run built it.
+  host_restore "$S/host"
+  local engine
+  engine=$(cat "$S/pause-built-by" 2>/dev/null || true)
+  if [[ -n $engine ]] && "$engine" image inspect localhost/routing-pause:1 >/dev/null 2>&1; then
+    "$engine" rmi localhost/routing-pause:1 >/dev/null 2>&1 || say "could not remove localhost/routing-pause:1"
   fi
   rm -rf "$S"
   say "down"
