@@ -115,9 +115,10 @@ fn request() -> GetQuoteRequest {
 
 /// One call: the replica that answered, or the status.
 ///
-/// A call that never left the client (hyper dropped it, unsent, on a
-/// connection that had just closed) is sent once more, as a caller's
-/// transparent retry does (the crate's README, "Retries are the caller's").
+/// A call that no server processed (hyper dropped it, unsent, on a
+/// connection that had just closed, or h2 refused it for a GOAWAY read a
+/// moment before) is sent once more, as a caller's transparent retry does
+/// (the crate's README, "Retries are the caller's").
 async fn call(client: &Client) -> Result<String, tonic::Status> {
     let mut answer = tokio::time::timeout(PATIENCE, client.clone().get_quote(request()))
         .await
@@ -136,8 +137,9 @@ async fn call(client: &Client) -> Result<String, tonic::Status> {
         .to_owned())
 }
 
-/// CANCELLED with hyper's own cancellation in the source chain: hyper
-/// cancels a request only before sending it.
+/// CANCELLED with hyper's own cancellation in the source chain (hyper
+/// cancels a request only before sending it), or h2's error for a stream a
+/// graceful GOAWAY refused (the rule of `routing_clients::retry::never_sent`).
 fn never_sent(status: &tonic::Status) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
     while let Some(err) = source {
@@ -146,6 +148,11 @@ fn never_sent(status: &tonic::Status) -> bool {
             .is_some_and(hyper::Error::is_canceled)
         {
             return status.code() == Code::Cancelled;
+        }
+        if err.downcast_ref::<h2::Error>().is_some_and(|e| {
+            e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR)
+        }) {
+            return true;
         }
         source = err.source();
     }

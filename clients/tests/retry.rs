@@ -13,10 +13,14 @@ use std::{
     time::Duration,
 };
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use h2_frames::FrameDecoder;
 use routing_clients::{CountingConnector, retry, sample_quote_request};
 use routing_contracts::routing::routing_service_client::RoutingServiceClient;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+};
 use tonic::{Code, transport::Endpoint};
 
 /// How the test server answers.
@@ -27,6 +31,10 @@ enum Answer {
     HoldFirstThenGoAway,
     /// Answer every call with the status CANCELLED, as a server may.
     Cancelled,
+    /// On the first connection, once the first call's HEADERS frame has
+    /// arrived, send a graceful GOAWAY (NO_ERROR) whose last stream is 0,
+    /// processing nothing; on later ones, answer every call with OK.
+    RefuseFirstConnection,
 }
 
 /// Calls received, per connection, in the order the connections came.
@@ -63,6 +71,10 @@ async fn start(answer: Answer) -> (String, Seen) {
 }
 
 async fn serve(tcp: TcpStream, answer: Answer, hold: bool, seen: Seen, index: usize) {
+    if answer == Answer::RefuseFirstConnection && index == 0 {
+        refuse(tcp).await;
+        return;
+    }
     let Ok(mut connection) = h2::server::handshake(tcp).await else {
         return;
     };
@@ -96,6 +108,36 @@ async fn serve(tcp: TcpStream, answer: Answer, hold: bool, seen: Seen, index: us
             trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
         }
         let _ = body.send_trailers(trailers);
+    }
+}
+
+/// Written with frames, not `h2`: h2's server processes a stream as it
+/// reads it, so its GOAWAY would name that stream. This one reads until a
+/// HEADERS frame has arrived (so the call was sent before the GOAWAY), then
+/// sends SETTINGS and a GOAWAY naming stream 0, and holds the connection
+/// until the client closes it (a close with unread bytes would be a reset,
+/// which could reach the client first).
+async fn refuse(mut tcp: TcpStream) {
+    let mut frames = FrameDecoder::new();
+    let mut preface = [0; h2_frames::PREFACE.len()];
+    if tcp.read_exact(&mut preface).await.is_err() {
+        return;
+    }
+    let mut answered = false;
+    let mut buf = [0; 4096];
+    while let Ok(n @ 1..) = tcp.read(&mut buf).await {
+        frames.extend(&buf[..n]);
+        while let Some(frame) = frames.next_frame() {
+            if frame.kind == h2_frames::kind::HEADERS && !answered {
+                let mut out = BytesMut::new();
+                h2_frames::encode_settings(&mut out, &[]);
+                h2_frames::encode_goaway(&mut out, 0, h2_frames::Reason::NO_ERROR, b"");
+                if tcp.write_all(&out).await.is_err() {
+                    return;
+                }
+                answered = true;
+            }
+        }
     }
 }
 
@@ -184,6 +226,53 @@ async fn the_retry_sends_it_once_more_on_a_new_connection() {
     );
     assert_eq!(wire.snapshot().connections, 2);
     open.abort();
+}
+
+/// Given a connection whose server sends a graceful GOAWAY naming no
+/// stream, when a call is made on it, then h2 refuses the call (INTERNAL,
+/// h2's `GoAway(NO_ERROR, Remote)` in its source), the server processed
+/// none, [`never_sent`] says so, and the next call lands on a new
+/// connection.
+///
+/// [`never_sent`]: routing_clients::retry::never_sent
+#[tokio::test]
+async fn a_stream_the_goaway_refused_never_reached_the_server() {
+    let (url, seen) = start(Answer::RefuseFirstConnection).await;
+    let (client, wire) = channel(&url);
+
+    let status = client
+        .clone()
+        .get_quote(sample_quote_request())
+        .await
+        .expect_err("the GOAWAY refuses the call");
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(retry::never_sent(&status), "{status:?}");
+
+    client
+        .clone()
+        .get_quote(sample_quote_request())
+        .await
+        .expect("the next call reconnects");
+    assert_eq!(
+        seen.calls(),
+        vec![0, 1],
+        "the first connection processed none"
+    );
+    assert_eq!(wire.snapshot().connections, 2);
+}
+
+/// Given the same server, when the call goes through
+/// [`retry::sample_quote`], then it succeeds, sent once more, and the
+/// server processed it once.
+#[tokio::test]
+async fn the_retry_sends_a_refused_stream_once_more() {
+    let (url, seen) = start(Answer::RefuseFirstConnection).await;
+    let (client, _wire) = channel(&url);
+
+    let answer = retry::sample_quote(&client).await;
+    answer.result.expect("the retried call succeeds");
+    assert_eq!(answer.retried, 1);
+    assert_eq!(seen.calls(), vec![0, 1]);
 }
 
 /// Given a server that answers CANCELLED, when a call goes through

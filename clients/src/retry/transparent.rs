@@ -27,6 +27,15 @@
 //! by a server, or a client-side deadline (tonic's `Timeout expired`), is
 //! not retried.
 //!
+//! The same race has a second outcome when hyper hands the call to h2 just
+//! after h2 read the GOAWAY: h2 refuses the stream, or the server's final
+//! GOAWAY names a last stream below it. Either way the server did not
+//! process it (RFC 9113, 6.8), and h2 reports `GoAway(NO_ERROR, Remote)`,
+//! which tonic turns into `INTERNAL: h2 protocol error`. h2 gives that
+//! error to no stream the server processed: a graceful GOAWAY ends those
+//! normally, and a connection that fails later reports another error. So
+//! [`never_sent`] is true for it too, whatever the code.
+//!
 //! `server/tests/lifetime.rs` and `clients/tests/retry.rs` show the race
 //! and this retry. A6 counts such a resend neither as an attempt of the
 //! policy ([`super::policy`]) nor as a failure for its throttle
@@ -46,23 +55,34 @@ use crate::sample_quote_request;
 /// bound is what keeps a broken server from turning one call into a loop.
 pub const UNSENT_RETRIES: u32 = 1;
 
-/// True when `status` is a call hyper cancelled before sending it: code
-/// `CANCELLED` with hyper's cancellation in the source chain.
+/// True when `status` is a call no server processed: hyper cancelled it
+/// before sending it (code `CANCELLED`, hyper's cancellation in the source
+/// chain), or h2 refused it for a graceful GOAWAY (`refused_by_goaway`).
 pub fn never_sent(status: &Status) -> bool {
-    if status.code() != Code::Cancelled {
-        return false;
-    }
     let mut source: Option<&(dyn StdError + 'static)> = status.source();
     while let Some(err) = source {
         if err
             .downcast_ref::<hyper::Error>()
             .is_some_and(hyper::Error::is_canceled)
         {
+            return status.code() == Code::Cancelled;
+        }
+        if err
+            .downcast_ref::<h2::Error>()
+            .is_some_and(refused_by_goaway)
+        {
             return true;
         }
         source = err.source();
     }
     false
+}
+
+/// An h2 stream error caused by the server's graceful GOAWAY (NO_ERROR):
+/// h2 gives it to a stream above the GOAWAY's last stream ID and to one
+/// opened after the GOAWAY was read, and to no other.
+fn refused_by_goaway(err: &h2::Error) -> bool {
+    err.is_go_away() && err.is_remote() && err.reason() == Some(h2::Reason::NO_ERROR)
 }
 
 /// A call's outcome and how many times it was sent again.
