@@ -42,7 +42,10 @@ host_save() {
     # No table yet (no IPv6 rules on this host, say): nothing was there.
     "$v-save" >"$d/$v" 2>/dev/null || : >"$d/$v"
   done
-  if command -v nft >/dev/null; then nft_chains >"$d/nft-chains"; fi
+  if command -v nft >/dev/null; then
+    nft_chains >"$d/nft-chains"
+    nft list tables 2>/dev/null | awk '{ print $2, $3 }' >"$d/nft-tables" || true
+  fi
   if command -v nfacct >/dev/null; then nfacct_names >"$d/nfacct"; fi
 }
 
@@ -143,13 +146,14 @@ host_restore() {
   # A built-in chain that iptables-nft made for the run's first rule in it
   # (ip6tables' INPUT in a table that had none, say) outlives the rule:
   # deleted once empty. Only the five built-in names; in a table that
-  # existed before (a new table went above).
+  # existed before (a new table went above), chains or none: an empty
+  # ip6 filter table was here before a run in this repository's CI.
   local family table chain
-  if [[ -f $d/nft-chains ]]; then
+  if [[ -f $d/nft-chains && -f $d/nft-tables ]]; then
     while read -r family table chain; do
       [[ $chain =~ ^(PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING)$ ]] || continue
       grep -qx "$family $table $chain" "$d/nft-chains" && continue
-      grep -q "^$family $table " "$d/nft-chains" || continue
+      grep -qx "$family $table" "$d/nft-tables" || continue
       nft list chain "$family" "$table" "$chain" 2>/dev/null |
         awk '$1 !~ /^(table|chain|type|})$/ && NF > 0 { found = 1 } END { exit !found }' && continue
       nft delete chain "$family" "$table" "$chain" 2>/dev/null || say "could not delete the empty chain $family $table $chain this run made"
