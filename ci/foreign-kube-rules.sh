@@ -2,9 +2,10 @@
 # ci/foreign-kube-rules.sh add|remove: KUBE-* rules and chains of "another
 # cluster" on this host, as its kube-proxy and kubelet would leave them, so
 # that CI can check that `./verify.sh --k8s` leaves them unchanged (issue 52;
-# ci/host-snapshot.sh compares them). They match only TEST-NET-1
-# (192.0.2.0/24, RFC 5737) and the documentation prefix 2001:db8::/32, which
-# no packet here carries, so they change nothing while they exist.
+# ci/host-snapshot.sh compares them). They match only 192.0.2.10, 192.0.2.11
+# and 2001:db8::11, documentation addresses (RFC 5737, RFC 3849) that no
+# process here uses (CI's machine may sit in 192.0.2.0/24 itself), so they
+# change nothing while they exist.
 #   add     puts them in (iptables and ip6tables)
 #   remove  takes them out again
 set -euo pipefail
