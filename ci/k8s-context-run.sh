@@ -13,10 +13,10 @@
 #   - every object in `bystander`, of every namespaced kind the API server
 #     lists (events aside): kind, name, uid and resourceVersion, which any
 #     write changes; for a pod, its spec, labels, annotations, restarts and
-#     container IDs instead of its resourceVersion, which its kubelet moves
-#     when it writes the pod's status (it did so in CI during this run,
-#     with the same containers and no restart; the pods so written are
-#     listed, not failed);
+#     container IDs instead of its resourceVersion, which moves when the
+#     pod's status is written (both pods' moved in this script's first CI
+#     run, on d7c1c4e, with the same containers and no restart); the pods
+#     whose version moved are listed, not failed;
 #   - the cluster's namespaces: the run's own is gone again, no other is;
 #   - the cluster's cluster-wide objects (roles, bindings, CRDs, nodes'
 #     names and uids): the run makes none;
