@@ -118,7 +118,7 @@ nft_chains() {
 }
 
 host_restore() {
-  local d=$1 v t c p key value
+  local d=$1 v t c p key value family table chain
   [[ -d $d ]] || return 0
   for v in iptables ip6tables; do
     [[ -f $d/$v ]] || continue
@@ -132,7 +132,6 @@ host_restore() {
   done
   # A table the run made (the kubelet's ip6tables `mangle`, say) outlives
   # its chains under iptables-nft: deleted once empty, if nft is here.
-  local family
   for v in iptables ip6tables; do
     if [[ ! -f $d/$v.after ]] || ! command -v nft >/dev/null; then continue; fi
     family=ip
@@ -148,7 +147,6 @@ host_restore() {
   # deleted once empty. Only the five built-in names; in a table that
   # existed before (a new table went above), chains or none: an empty
   # ip6 filter table was here before a run in this repository's CI.
-  local family table chain
   if [[ -f $d/nft-chains && -f $d/nft-tables ]]; then
     while read -r family table chain; do
       [[ $chain =~ ^(PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING)$ ]] || continue
