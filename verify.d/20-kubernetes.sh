@@ -28,6 +28,7 @@ K8S_STATE=${K8S_STATE:-}                     # the local cluster's state folder 
 K8S_IMAGE_ENGINE=${K8S_IMAGE_ENGINE:-}       # the local cluster: podman or docker, whose images it imports
 K8S_READY_S=${K8S_READY_S:-180}              # a rollout or a Job start must finish within this (s)
 K8S_JOB_S=${K8S_JOB_S:-240}                  # a Job must complete within this (s)
+K8S_ROWS=${K8S_ROWS:-}                       # only these rows, e.g. k3,k9 (k0 and k1 set up the rest: always); empty: all
 ROUTING_IMAGE=${ROUTING_IMAGE:-grpc-tuning/routing-server:dev}
 K8S_PROMETHEUS_IMAGE=${K8S_PROMETHEUS_IMAGE:-docker.io/prom/prometheus:v2.55.1} # not compose's PROMETHEUS_IMAGE: it needs kubernetes_sd_configs
 GHZ_IMAGE=${GHZ_IMAGE:-ghcr.io/bojand/ghz:0.121.0}
@@ -38,6 +39,24 @@ k8s_ns_made=no
 kube_args=()
 
 kc() { bounded "$TOOL_TIMEOUT_S" kubectl "${kube_args[@]}" -n "$K8S_NAMESPACE" "$@"; }
+
+# k8s_row ROW...: run these rows? Yes without K8S_ROWS, or when it names one.
+K8S_ROW_NAMES=" k2 k3 k4 k5 k6 k7 k8 k9 k10 k11 k12 "
+k8s_row() {
+  local row
+  [[ -z $K8S_ROWS ]] && return 0
+  for row; do [[ ",$K8S_ROWS," == *",$row,"* ]] && return 0; done
+  return 1
+}
+# k8s_rows_valid: K8S_ROWS names rows that exist; checked before a cluster is touched.
+k8s_rows_valid() {
+  local row
+  [[ -z $K8S_ROWS ]] && return 0
+  for row in ${K8S_ROWS//,/ }; do
+    [[ $K8S_ROW_NAMES == *" $row "* ]] || die "K8S_ROWS=$K8S_ROWS: no row $row (rows:${K8S_ROW_NAMES% }; k0 and k1 always run)"
+  done
+  note "rows (K8S_ROWS)" "k0 k1 ${K8S_ROWS//,/ } only"
+}
 
 # split_image NAME[:TAG] -> "NAME TAG"
 split_image() {
@@ -169,6 +188,7 @@ k8s_need_tools() {
 # k8s_start: the cluster (a context, or a local one), the images, the stack.
 k8s_start() {
   repo_root=$(pwd)
+  k8s_rows_valid
   if [[ -n $K8S_CONTEXT ]]; then
     kube_args=(--context "$K8S_CONTEXT")
     say "cluster: context $K8S_CONTEXT, namespace $K8S_NAMESPACE, image $ROUTING_IMAGE"
@@ -213,7 +233,7 @@ k8s_stop() {
 
 # ─── The rows ────────────────────────────────────────────────────────────────
 kubernetes_rows() {
-  local before after sh top min n dry pods count
+  local dry
   k8s_start
 
   # k0: the manifests, against the API server's own validation first. A
@@ -237,7 +257,31 @@ kubernetes_rows() {
   n=$(prom1 'count(up{job="routing-server"} == 1)')
   check "k1 Prometheus discovers the pods" "up == 1 on ${n:-0}" "3 of 3" "$([[ ${n:-0} == 3 ]] && echo true)"
 
-  # k2: what a CPU limit gives the server's workers.
+  # The other rows, each where it changes a lesson (K8S_ROWS picks some).
+  if k8s_row k2; then k2_workers; fi
+  if k8s_row k3; then k3_clusterip; fi
+  # k4/k5: headless Service and the balancer, then a fourth pod; k9: a
+  # rollout under it (verify.d/21-k8s-balancer.sh). On kubeadm's Corefile,
+  # the cluster's own from the start.
+  if k8s_row k4 k5; then kubernetes_dns_rows kubeadm; fi
+  if k8s_row k9; then kubernetes_balancer_dns_rows kubeadm; fi
+
+  # k6/k7: a rolling restart under a steady load, and the order of a drain.
+  if k8s_row k6 k7; then kubernetes_rollout_rows; fi
+
+  # k10-k12: a killed pod, a frozen pod, a slow pod, under the balancer;
+  # then k5 and k9 again on the older, cached Corefile.
+  if k8s_row k10; then k10_kill; fi
+  if k8s_row k11; then k11_stop; fi
+  if k8s_row k12; then k12_slow; fi
+  if [[ -z $K8S_CONTEXT ]] && k8s_row k5 k9; then kubernetes_balancer_dns_rows cached; fi
+
+  if k8s_row k8; then k8_aged; fi
+}
+
+# k2: what a CPU limit gives the server's workers.
+k2_workers() {
+  local n
   n=$(per_pod 'routing_server_worker_threads' | jq -c '[.[]] | unique')
   check "k2 workers under a 1-CPU limit" "$n" "[$K8S_WORKERS_1CPU]" "$([[ $n == "[$K8S_WORKERS_1CPU]" ]] && echo true)"
   apply_file cpu-limit-2
@@ -246,8 +290,11 @@ kubernetes_rows() {
     awk '$1 == "routing_server_worker_threads" { print $2 }')
   check "k2 workers under a 2-CPU limit" "${n:-none}" "$K8S_WORKERS_2CPU" "$([[ ${n:-} == "$K8S_WORKERS_2CPU" ]] && echo true)"
   kc delete pod cpu-limit-2 --wait=false >&2
+}
 
-  # k3: one pooled channel through the ClusterIP Service.
+# k3: one pooled channel through the ClusterIP Service.
+k3_clusterip() {
+  local before after sh top n count
   job_shares pinned-client
   top=$(jq -r '[.[]] | max // 0' <<<"$sh")
   check "k3 ClusterIP, one channel: one pod" "busiest pod $(pct "$top")% $sh" \
@@ -257,24 +304,11 @@ kubernetes_rows() {
   check "k3 the pods' A66 counts sum to the calls" "$n" "$count (the client's OK calls)" \
     "$([[ -n $count && $n == "$count" ]] && echo true)" pinned-client
   note "ClusterIP, one channel (calls per pod)" "$(jqn -c --argjson a "$before" --argjson b "$after" '$b | with_entries(.value -= ($a[.key] // 0)) | with_entries(select(.value > 0))')"
+}
 
-  # k4/k5: headless Service and the balancer, then a fourth pod; k9: a
-  # rollout under it (verify.d/21-k8s-balancer.sh). On kubeadm's Corefile,
-  # the cluster's own from the start.
-  kubernetes_dns_rows kubeadm
-  kubernetes_balancer_dns_rows kubeadm
-
-  # k6/k7: a rolling restart under a steady load, and the order of a drain.
-  kubernetes_rollout_rows
-
-  # k10-k12: a killed pod, a frozen pod, a slow pod, under the balancer;
-  # then k5 and k9 again on the older, cached Corefile.
-  k10_kill
-  k11_stop
-  k12_slow
-  [[ -z $K8S_CONTEXT ]] && kubernetes_balancer_dns_rows cached
-
-  # k8: connection age through the ClusterIP Service.
+# k8: connection age through the ClusterIP Service.
+k8_aged() {
+  local n sh pods min count after
   capture k8s_age kc set env deployment/routing ROUTING_MAX_CONNECTION_AGE_SECS=3 ROUTING_MAX_CONNECTION_AGE_GRACE_SECS=2
   kc rollout status deployment/routing --timeout="${K8S_READY_S}s" >&2 || { k8s_log >&2; die "the rollout to connection age did not finish"; }
   k8s_fresh 3
