@@ -461,6 +461,30 @@ pub const WINDOW_UPDATES_PER_STREAM: u64 = 4;
 /// the connection is closed without it, as before, and its memory freed.
 pub const GOAWAY_WRITE_GRACE: Duration = Duration::from_secs(1);
 
+/// How long a connection that ends cleanly (its last GOAWAY sent, its
+/// write side shut) goes on reading, and dropping, what the client still
+/// sends, before the socket is closed: until the client closes, at most
+/// 1 s.
+///
+/// A client's frames can cross the server's last GOAWAY: streams it opened
+/// before reading it. A socket closed with bytes unread, or with more on
+/// their way, answers with a TCP RST, and a client whose kernel takes the
+/// RST first can lose the GOAWAY still unread in its buffer, or fail its
+/// next write (`BrokenPipe`): calls that the GOAWAY would have marked as
+/// never processed, safe to send again, fail instead (ready-balance's
+/// drain test, `after_a_goaway_the_endpoint_is_not_picked`, failed so
+/// about 1 run in 40). A client closes one round trip after the GOAWAY and
+/// the FIN reach it, so the wait is short; the connection keeps its slot
+/// of the cap meanwhile, which bounds one that never closes to this.
+pub const CLOSE_LINGER: Duration = Duration::from_secs(1);
+
+/// Bytes a lingering connection ([`CLOSE_LINGER`]) reads and drops before
+/// it is closed anyway: 256 KiB. Nothing is acknowledged after the end (no
+/// WINDOW_UPDATE), so a client's DATA stops at its flow-control window;
+/// this bounds the rest (control frames, which no window limits), and the
+/// CPU one client can make the server spend dropping them.
+pub const CLOSE_LINGER_MAX_BYTES: usize = 256 * 1024;
+
 /// Connections the kernel may complete and queue before the server accepts
 /// them (the listen backlog): by default the kernel's own bound,
 /// `net.core.somaxconn` (see [`crate::server::listen`]).

@@ -169,17 +169,22 @@ async fn read_frames(
         if n == 0 {
             return None;
         }
-        tracker.feed(&buf[..n], |frame| {
-            seen.push(Seen {
-                kind: frame.header.kind,
-                flags: frame.header.flags,
-                stream_id: frame.header.stream_id,
-                len: frame.header.len,
-                kept: frame.kept.to_vec(),
-            });
-        });
+        record(tracker, &buf[..n], seen);
     }
     Some(())
+}
+
+/// Feeds `bytes` to `tracker`, and appends each whole frame to `seen`.
+fn record(tracker: &mut FrameTracker, bytes: &[u8], seen: &mut Vec<Seen>) {
+    tracker.feed(bytes, |frame| {
+        seen.push(Seen {
+            kind: frame.header.kind,
+            flags: frame.header.flags,
+            stream_id: frame.header.stream_id,
+            len: frame.header.len,
+            kept: frame.kept.to_vec(),
+        });
+    });
 }
 
 /// HEADERS and DATA of a GetQuote call on `stream`, HPACK without Huffman
@@ -208,18 +213,14 @@ fn get_quote_frames(stream: u32) -> Vec<u8> {
     frames
 }
 
-/// Given a server whose connections age after 1 s, when a client that
-/// speaks raw HTTP/2 waits for the age, then it receives GOAWAY
-/// last-stream-id 2^31-1 `NO_ERROR` and a PING (h2's graceful shutdown).
-/// When it then starts a GetQuote call on stream 1 (as a client does whose
-/// request crossed the first GOAWAY on the wire) and only then acknowledges
-/// the PING, then the final GOAWAY names stream 1 as the last one accepted,
-/// the call is answered in full (a response message and trailers on stream
-/// 1, no reset), and the server closes the connection.
-#[tokio::test]
-async fn a_call_started_between_the_two_goaways_is_served() {
-    let server = support::start_with(aged(1, 5)).await;
-    let mut tcp = TcpStream::connect(server.addr()).await.expect("connect");
+/// A client that speaks raw HTTP/2 to `addr` (a server whose connections
+/// age after 1 s), from its preface to the first GOAWAY of h2's graceful
+/// shutdown (last-stream-id 2^31-1, `NO_ERROR`) and the PING after it: the
+/// connection, the frames seen, and the PING's payload.
+async fn at_the_first_goaway(
+    addr: std::net::SocketAddr,
+) -> (TcpStream, FrameTracker, Vec<Seen>, Vec<u8>) {
+    let mut tcp = TcpStream::connect(addr).await.expect("connect");
     let mut opening = h2_frames::PREFACE.to_vec();
     opening.extend(encode_frame(kind::SETTINGS, 0, 0, &[]));
     tcp.write_all(&opening).await.expect("preface");
@@ -265,6 +266,21 @@ async fn a_call_started_between_the_two_goaways_is_served() {
         .expect("PING")
         .kept
         .clone();
+    (tcp, tracker, seen, ping)
+}
+
+/// Given a server whose connections age after 1 s, when a client that
+/// speaks raw HTTP/2 waits for the age, then it receives GOAWAY
+/// last-stream-id 2^31-1 `NO_ERROR` and a PING (h2's graceful shutdown).
+/// When it then starts a GetQuote call on stream 1 (as a client does whose
+/// request crossed the first GOAWAY on the wire) and only then acknowledges
+/// the PING, then the final GOAWAY names stream 1 as the last one accepted,
+/// the call is answered in full (a response message and trailers on stream
+/// 1, no reset), and the server closes the connection.
+#[tokio::test]
+async fn a_call_started_between_the_two_goaways_is_served() {
+    let server = support::start_with(aged(1, 5)).await;
+    let (mut tcp, mut tracker, mut seen, ping) = at_the_first_goaway(server.addr()).await;
 
     // A call between the two GOAWAYs, then the PING's ACK.
     let mut late = get_quote_frames(1);
@@ -296,6 +312,53 @@ async fn a_call_started_between_the_two_goaways_is_served() {
         "trailers end stream 1: {after:?}"
     );
     assert_eq!(on_1(kind::RST_STREAM).count(), 0, "stream 1 is not reset");
+    server.shutdown().await.expect("server stops");
+}
+
+/// Given a server whose connections age after 1 s, when a client that
+/// speaks raw HTTP/2 acknowledges the graceful shutdown's PING and then,
+/// before it reads again, starts 100 calls over 200 ms (calls that cross
+/// the final GOAWAY on the wire, as a busy channel's do), then every write
+/// is taken, and it then reads the final GOAWAY `NO_ERROR`, which accepts
+/// none of the calls, and the connection's end, not a reset. A server
+/// that closed its socket while calls still arrive answers them with a TCP
+/// RST, which fails the client's next write (`BrokenPipe`) or read (the
+/// GOAWAY still in its buffer lost): calls it could have sent again fail.
+#[tokio::test]
+async fn calls_that_cross_the_final_goaway_cost_no_reset() {
+    let server = support::start_with(aged(1, 5)).await;
+    let (mut tcp, mut tracker, mut seen, ping) = at_the_first_goaway(server.addr()).await;
+    let before = seen.len();
+    tcp.write_all(&encode_frame(kind::PING, flag::ACK, 0, &ping))
+        .await
+        .expect("the PING's ACK");
+    for stream in (1u32..).step_by(2).take(100) {
+        if let Err(e) = tcp.write_all(&get_quote_frames(stream)).await {
+            panic!("call on stream {stream} not written: {e}");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+
+    let mut buf = vec![0u8; 64 * 1024];
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) => return Ok(()),
+                Ok(n) => record(&mut tracker, &buf[..n], &mut seen),
+                Err(e) => return Err(e),
+            }
+        }
+    })
+    .await
+    .expect("the server ends the connection within 10 s");
+    assert!(ended.is_ok(), "the connection ends, not reset: {ended:?}");
+    let last = seen[before..]
+        .iter()
+        .find(|f| f.kind == kind::GOAWAY)
+        .expect("the final GOAWAY");
+    let last = GoAway::parse(&last.kept).expect("a GOAWAY payload");
+    assert_eq!(last.error_code, NO_ERROR);
+    assert_eq!(last.last_stream_id, 0, "no call after the ACK is accepted");
     server.shutdown().await.expect("server stops");
 }
 

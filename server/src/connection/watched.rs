@@ -46,6 +46,7 @@ use tokio::{
 use crate::call::info::ConnectionInfo;
 use crate::connection::coalesce::Coalesce;
 use crate::connection::frame_rules::FrameRules;
+use crate::connection::linger::Linger;
 use crate::connection::ping_floor::PING_PAYLOAD_LEN;
 use crate::connection::policy::ConnectionPolicy;
 use crate::connection::shared_memory::SharedMemory;
@@ -101,6 +102,9 @@ pub struct Connection {
     /// Running once [`crate::call::close::Closer::close`] was called: the
     /// GOAWAY must be out before it ends.
     closing: Option<Pin<Box<Sleep>>>,
+    /// Running once hyper has shut the write side: what the client still
+    /// sends is read and dropped until it closes ([`Linger`]).
+    linger: Option<Box<Linger>>,
 }
 
 impl Connection {
@@ -143,6 +147,7 @@ impl Connection {
             goaway: GoawayWrite::None,
             close_requested: Box::pin(notify.notified_owned()),
             closing: None,
+            linger: None,
         }
     }
 
@@ -366,12 +371,23 @@ impl AsyncWrite for Connection {
         Pin::new(&mut this.stream).poll_flush(cx)
     }
 
+    /// Shuts the write side (FIN after the last GOAWAY), then lingers: the
+    /// connection ends once the client has closed too, or at the linger's
+    /// bounds, so that its socket is not closed on bytes unread ([`Linger`]).
+    /// Not after this server's own GOAWAY `ENHANCE_YOUR_CALM`: that client
+    /// has broken a rule, and its connection ends at once.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if matches!(this.goaway, GoawayWrite::Sent) {
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut this.stream).poll_shutdown(cx)
+        if this.linger.is_none() {
+            ready!(Pin::new(&mut this.stream).poll_shutdown(cx))?;
+            this.linger = Some(Box::default());
+        }
+        let linger = this.linger.as_mut().expect("set above");
+        ready!(linger.poll_done(&mut this.stream, cx));
+        Poll::Ready(Ok(()))
     }
 }
 
