@@ -476,6 +476,8 @@ pub const GOAWAY_WRITE_GRACE: Duration = Duration::from_secs(1);
 /// about 1 run in 40). A client closes one round trip after the GOAWAY and
 /// the FIN reach it, so the wait is short; the connection keeps its slot
 /// of the cap meanwhile, which bounds one that never closes to this.
+/// grpc-go's server waits the same 1 s for its reader before it closes, for
+/// the same reason (grpc-go#5358).
 pub const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
 /// Bytes a lingering connection ([`CLOSE_LINGER`]) reads and drops before
