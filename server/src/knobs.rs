@@ -461,10 +461,10 @@ pub const WINDOW_UPDATES_PER_STREAM: u64 = 4;
 /// the connection is closed without it, as before, and its memory freed.
 pub const GOAWAY_WRITE_GRACE: Duration = Duration::from_secs(1);
 
-/// How long a connection that ends cleanly (its last GOAWAY sent, its
-/// write side shut) goes on reading, and dropping, what the client still
-/// sends, before the socket is closed: until the client closes, at most
-/// 1 s.
+/// How long a connection that h2 ends (its last GOAWAY sent, graceful or
+/// for a client's protocol error, and its write side shut) goes on
+/// reading, and dropping, what the client still sends, before the socket is
+/// closed: until the client closes, at most 1 s.
 ///
 /// A client's frames can cross the server's last GOAWAY: streams it opened
 /// before reading it. A socket closed with bytes unread, or with more on

@@ -32,7 +32,7 @@ pub mod coalesce;
 pub mod control_frames;
 pub mod drain;
 pub mod frame_rules;
-pub mod linger;
+pub(crate) mod linger;
 pub mod ping_floor;
 pub mod policy;
 pub mod shared_memory;

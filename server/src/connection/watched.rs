@@ -373,9 +373,11 @@ impl AsyncWrite for Connection {
 
     /// Shuts the write side (FIN after the last GOAWAY), then lingers: the
     /// connection ends once the client has closed too, or at the linger's
-    /// bounds, so that its socket is not closed on bytes unread ([`Linger`]).
-    /// Not after this server's own GOAWAY `ENHANCE_YOUR_CALM`: that client
-    /// has broken a rule, and its connection ends at once.
+    /// bounds, so that its socket is not closed on bytes unread (`linger`).
+    /// Not after a GOAWAY this layer wrote itself (a frame rule's or a close
+    /// on request, `ENHANCE_YOUR_CALM`): that client has broken a rule, and
+    /// its connection ends at once. (A read error or the handshake timeout
+    /// ends hyper's connection without a shutdown, so without a linger.)
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if matches!(this.goaway, GoawayWrite::Sent) {
